@@ -1,0 +1,601 @@
+//! The shared conformance suite (feature `testkit`): one `async fn` per
+//! property of the store contract (SPEC §3: S1–S5, L1, bad input), each
+//! taking a store, as `object_store`'s `integration.rs` does. A new
+//! guarantee is one new function here, and every store gets it through
+//! [`conformance_tests!`](crate::conformance_tests).
+//!
+//! The checks measure time with tokio's clock and wait with
+//! [`tokio::time::sleep`]: on a paused runtime (`start_paused = true`) they
+//! run in no real time; on a real runtime (servers whose clock cannot be
+//! paused) they sleep for real, so keep [`Suite::ttl`] short there. Every
+//! check uses fresh work IDs under a random prefix, so checks may share a
+//! store, also with other test runs.
+//!
+//! Checks panic with a message naming the property when a store breaks it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::error::{Error, InvalidInput};
+use crate::limits::{MAX_CHECKPOINT_BYTES, MAX_WORK_ID_BYTES};
+use crate::store::fault::FaultStore;
+use crate::store::{LeaseEnd, LeaseStore};
+use crate::{AcquireOptions, Config, Leases, RenewalOptions, Token, WorkId};
+
+/// The store under test and the TTL the checks use.
+#[derive(Clone)]
+pub struct Suite {
+    /// The store.
+    pub store: Arc<dyn LeaseStore>,
+    /// The lease TTL of the checks; default 1500 ms (a store with a coarser
+    /// clock must still keep it: SPEC asks for millisecond TTLs).
+    pub ttl: Duration,
+    prefix: String,
+}
+
+impl Suite {
+    /// A suite over `store` with the default TTL.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Self {
+            store,
+            ttl: Duration::from_millis(1500),
+            prefix: format!("conformance-{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// A fresh work ID for one check.
+    pub fn work_id(&self, name: &str) -> String {
+        format!("{}/{name}-{:08x}", self.prefix, rand::random::<u32>())
+    }
+
+    /// A [`Leases`] handle for `holder` on the store.
+    pub fn holder(&self, holder: &str) -> Leases {
+        self.holder_on(self.store.clone(), holder)
+    }
+
+    fn holder_on(&self, store: Arc<dyn LeaseStore>, holder: &str) -> Leases {
+        Leases::new(store, Config::new(holder, self.ttl)).expect("valid test config")
+    }
+
+    /// Waits until `token`'s lease has expired by every clock: its TTL from
+    /// now (the acquisition was sent before now), plus a little.
+    async fn outlive(&self) {
+        tokio::time::sleep(self.ttl + Duration::from_millis(20)).await;
+    }
+
+    async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {
+        let id = WorkId::new(work_id).expect("valid work ID");
+        self.store.inspect(&[id]).await.expect("inspect").into_iter().next()
+    }
+}
+
+fn fast() -> AcquireOptions {
+    AcquireOptions::new()
+}
+
+#[track_caller]
+fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+    match r {
+        Err(Error::Fenced { .. }) => {}
+        other => panic!("S3: {what} with a taken-over token must fail with Fenced, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+    match r {
+        Err(Error::Expired { .. }) => {}
+        other => panic!("S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"),
+    }
+}
+
+/// Bad input: zero TTL, empty holder, empty / oversized / control-character
+/// work IDs and oversized checkpoints get an error naming the limit, and
+/// nothing is written.
+pub async fn bad_input(s: &Suite) {
+    let e = Leases::new(s.store.clone(), Config::new("h", Duration::ZERO)).unwrap_err();
+    assert!(matches!(e, Error::Invalid(InvalidInput::ZeroTtl { .. })), "{e}");
+    assert!(e.to_string().contains("1ms"), "zero TTL error must name the limit: {e}");
+    let e = Leases::new(s.store.clone(), Config::new("", s.ttl)).unwrap_err();
+    assert!(matches!(e, Error::Invalid(InvalidInput::EmptyHolderId { .. })), "{e}");
+
+    let a = s.holder("bad-input-a");
+    let before = s.store.inspect(&[]).await.expect("inspect").len();
+    let e = a.acquire("", fast()).await.unwrap_err();
+    assert!(matches!(e, Error::Invalid(InvalidInput::EmptyWorkId { .. })), "{e}");
+    let long = format!("{}/{}", s.prefix, "x".repeat(MAX_WORK_ID_BYTES));
+    let e = a.acquire(&long, fast()).await.unwrap_err();
+    assert!(e.to_string().contains(&MAX_WORK_ID_BYTES.to_string()), "must name the limit: {e}");
+    let e = a.acquire(&format!("{}/a\0b", s.prefix), fast()).await.unwrap_err();
+    assert!(matches!(e, Error::Invalid(InvalidInput::ControlCharacter { .. })), "{e}");
+    assert_eq!(
+        s.store.inspect(&[]).await.expect("inspect").len(),
+        before,
+        "rejected acquisitions must write nothing"
+    );
+
+    let id = s.work_id("bad-input");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let t = a.checkpoint(&t, &b"kept"[..]).await.expect("checkpoint");
+    let huge = Bytes::from(vec![7u8; MAX_CHECKPOINT_BYTES + 1]);
+    let e = a.checkpoint(&t, huge).await.unwrap_err();
+    assert!(matches!(e, Error::Invalid(InvalidInput::CheckpointTooLarge { .. })), "{e}");
+    assert!(e.to_string().contains(&MAX_CHECKPOINT_BYTES.to_string()), "must name the limit: {e}");
+    let c = a.read_checkpoint(&t).await.expect("read");
+    assert_eq!(c.data.as_deref(), Some(&b"kept"[..]), "a rejected checkpoint must write nothing");
+    let ok = Bytes::from(vec![1u8; MAX_CHECKPOINT_BYTES]);
+    let t = a.checkpoint(&t, ok.clone()).await.expect("a checkpoint at the limit is accepted");
+    assert_eq!(a.read_checkpoint(&t).await.expect("read").data, Some(ok));
+    a.release(t).await.expect("release");
+}
+
+/// S1: while one holder's lease is live, nobody else (nor the same holder
+/// ID again) acquires it; after release, the next holder does.
+pub async fn mutual_exclusion(s: &Suite) {
+    let (a, b) = (s.holder("mutex-a"), s.holder("mutex-b"));
+    let id = s.work_id("mutex");
+    let t = a.acquire(&id, fast()).await.expect("first acquire");
+    match b.acquire(&id, fast()).await {
+        Err(Error::Held { holder_id, .. }) => assert_eq!(holder_id, "mutex-a", "Held must name the holder"),
+        other => panic!("S1: a live lease must be Held for another holder, got {other:?}"),
+    }
+    assert!(
+        matches!(a.acquire(&id, fast()).await, Err(Error::Held { .. })),
+        "S1: a live lease is Held for its own holder ID too"
+    );
+    let info = s.info(&id).await.expect("inspect shows the lease");
+    assert!(!info.expired && !info.released && info.holder_id == "mutex-a", "{info:?}");
+    a.release(t).await.expect("release");
+    let t = b.acquire(&id, fast()).await.expect("S1/L1: acquire after release");
+    b.release(t).await.expect("release");
+}
+
+/// S2: fencing tokens of one work ID strictly increase across release,
+/// expiry, revocation and re-acquisition by the same holder ID.
+pub async fn fencing_tokens_increase(s: &Suite) {
+    let (a, b) = (s.holder("fence-a"), s.holder("fence-b"));
+    let id = s.work_id("fence");
+    let wid = WorkId::new(id.clone()).expect("valid");
+    let mut seen = Vec::new();
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    seen.push(t.fencing_token());
+    a.release(t).await.expect("release");
+    let t = a.acquire(&id, fast()).await.expect("re-acquire by the same holder");
+    seen.push(t.fencing_token());
+    s.outlive().await; // expires
+    let t = b.acquire(&id, fast()).await.expect("acquire after expiry");
+    seen.push(t.fencing_token());
+    s.store.revoke(&wid).await.expect("revoke").expect("the lease exists");
+    let t = a.acquire(&id, fast()).await.expect("acquire after revoke");
+    seen.push(t.fencing_token());
+    a.release(t).await.expect("release");
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "S2: fencing tokens must strictly increase, saw {seen:?}"
+    );
+}
+
+/// S3: a holder paused past its TTL loses to a contender with a larger
+/// token; its renew, checkpoint, read and release then fail with `Fenced`
+/// and change nothing. A token that expired untaken gets `Expired`.
+pub async fn stale_writers_lose(s: &Suite) {
+    let (a, b) = (s.holder("stale-a"), s.holder("stale-b"));
+    let id = s.work_id("stale");
+    let ta = a.acquire(&id, fast()).await.expect("acquire");
+    let ta = a.checkpoint(&ta, &b"a1"[..]).await.expect("checkpoint");
+    s.outlive().await; // A is paused past its TTL
+    assert_eq!(ta.remaining(), Some(Duration::ZERO), "A's own deadline has passed");
+    let tb = b.acquire(&id, fast()).await.expect("contender takes the expired lease");
+    assert!(tb.fencing_token() > ta.fencing_token(), "S2: the contender's token is larger");
+    let tb = b.checkpoint(&tb, &b"b1"[..]).await.expect("checkpoint");
+    assert_fenced(a.renew(&ta).await, "renew");
+    assert_fenced(a.checkpoint(&ta, &b"a2"[..]).await, "checkpoint");
+    assert_fenced(a.read_checkpoint(&ta).await, "read_checkpoint");
+    assert_fenced(a.release(ta.clone()).await, "release");
+    let c = b.read_checkpoint(&tb).await.expect("the new holder is untouched");
+    assert_eq!(c.data.as_deref(), Some(&b"b1"[..]), "S3: a stale checkpoint changed nothing");
+    let tb = b.renew(&tb).await.expect("S3: a stale release left the new holder's lease live");
+    let info = s.info(&id).await.expect("inspect");
+    assert_eq!((info.holder_id.as_str(), info.fencing_token, info.expired), ("stale-b", tb.fencing_token(), false));
+    b.release(tb).await.expect("release");
+
+    // Expired, not taken: Expired, and still nothing changes.
+    let id2 = s.work_id("expired");
+    let t = a.acquire(&id2, fast()).await.expect("acquire");
+    s.outlive().await;
+    assert_expired(a.renew(&t).await, "renew");
+    assert_expired(a.checkpoint(&t, &b"late"[..]).await, "checkpoint");
+    assert_expired(a.release(t.clone()).await, "release");
+    let t2 = b.acquire(&id2, fast()).await.expect("acquire after expiry");
+    let c = b.read_checkpoint(&t2).await.expect("read");
+    assert_eq!(c.data, None, "S3: an expired token's checkpoint was not written");
+    assert!(!c.clean_handoff(), "S5: an expired lease is no clean hand-off");
+    // A token that was never issued is fenced.
+    let forged: Token = format!(
+        "wl1;work={};holder=stale-a;fencing_token={};expires_at_ms=0;ttl_ms=1000",
+        id2.replace('/', "%2F"),
+        t2.fencing_token() + 1000
+    )
+    .parse()
+    .expect("valid text form");
+    assert_fenced(a.renew(&forged).await, "renew of a never-issued token");
+    b.release(t2).await.expect("release");
+}
+
+/// S4: an acknowledged checkpoint is what the next holder reads, across
+/// expiry (a crash), release, revocation and acquisition.
+pub async fn checkpoints_survive(s: &Suite) {
+    let (a, b, c) = (s.holder("ckpt-a"), s.holder("ckpt-b"), s.holder("ckpt-c"));
+    let id = s.work_id("ckpt");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let first = a.read_checkpoint(&t).await.expect("read");
+    assert_eq!(first.data, None, "the first acquisition reads no checkpoint, and no error");
+    assert!(!first.clean_handoff() && first.handoff.previous.is_none());
+    let binary = Bytes::from_static(&[0, 255, 1, 254, b'\n', 0]);
+    a.checkpoint(&t, binary.clone()).await.expect("checkpoint");
+    s.outlive().await; // A crashes
+    let t = b.acquire(&id, fast()).await.expect("acquire");
+    let got = b.read_checkpoint(&t).await.expect("read");
+    assert_eq!(got.data, Some(binary), "S4: the acknowledged checkpoint survives an expiry");
+    let prev = got.handoff.previous.clone().expect("a previous holder");
+    assert_eq!((prev.holder_id.as_str(), prev.ended), ("ckpt-a", LeaseEnd::Expired));
+    let t = b.checkpoint(&t, &b"b-done"[..]).await.expect("checkpoint");
+    b.release(t).await.expect("release");
+    let t = c.acquire(&id, fast()).await.expect("acquire");
+    let got = c.read_checkpoint(&t).await.expect("read");
+    assert_eq!(got.data.as_deref(), Some(&b"b-done"[..]), "S4: survives a release");
+    let wid = WorkId::new(id.clone()).expect("valid");
+    s.store.revoke(&wid).await.expect("revoke");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let got = a.read_checkpoint(&t).await.expect("read");
+    assert_eq!(got.data.as_deref(), Some(&b"b-done"[..]), "S4: survives a revocation");
+    assert_eq!(s.info(&id).await.expect("inspect").checkpoint_bytes, 6);
+    a.release(t).await.expect("release");
+}
+
+/// S5: `clean_handoff` is true exactly when the previous holder released,
+/// and the successor learns who held the lease and how it ended.
+pub async fn handoff_flag(s: &Suite) {
+    let (a, b) = (s.holder("handoff-a"), s.holder("handoff-b"));
+    let id = s.work_id("handoff");
+    let ta = a.acquire(&id, fast()).await.expect("acquire");
+    let fence_a = ta.fencing_token();
+    a.release(ta).await.expect("release");
+    let tb = b.acquire(&id, fast()).await.expect("acquire");
+    let c = b.read_checkpoint(&tb).await.expect("read");
+    assert!(c.clean_handoff(), "S5: after a release the hand-off is clean");
+    let prev = c.handoff.previous.expect("previous holder");
+    assert_eq!((prev.holder_id.as_str(), prev.fencing_token, prev.ended), ("handoff-a", fence_a, LeaseEnd::Released));
+    let wid = WorkId::new(id.clone()).expect("valid");
+    s.store.revoke(&wid).await.expect("revoke");
+    let ta = a.acquire(&id, fast()).await.expect("acquire");
+    let c = a.read_checkpoint(&ta).await.expect("read");
+    assert!(!c.clean_handoff(), "S5: a revoked lease is no clean hand-off");
+    assert_eq!(c.handoff.previous.expect("previous").ended, LeaseEnd::Revoked);
+    assert_fenced(b.renew(&tb).await, "renew after revocation");
+    assert!(s.info(&id).await.expect("inspect").handoff.previous.is_some());
+    a.release(ta).await.expect("release");
+}
+
+/// L1: a released lease can be acquired at once, and a waiter gets it
+/// within one poll interval (at once where the store notifies); an expired
+/// one within its TTL plus one poll interval.
+pub async fn liveness(s: &Suite) {
+    let (a, b) = (s.holder("live-a"), s.holder("live-b"));
+    let poll = Duration::from_millis(500);
+    let id = s.work_id("live");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let waiter = {
+        let (b, id) = (b.clone(), id.clone());
+        tokio::spawn(async move {
+            let t = b.acquire(&id, fast().wait_for_lease().poll_interval(poll)).await;
+            (t, Instant::now())
+        })
+    };
+    tokio::time::sleep(poll * 2).await; // the waiter is polling by now
+    let released = Instant::now();
+    a.release(t).await.expect("release");
+    let (t, got) = waiter.await.expect("waiter task");
+    let t = t.expect("the waiter gets the released lease");
+    let bound = poll + poll / 5;
+    assert!(got - released <= bound, "L1: a released lease reached its waiter after {:?} (> {bound:?})", got - released);
+    let t2 = b.acquire(&s.work_id("live-2"), fast()).await.expect("acquire");
+    b.release(t2.clone()).await.expect("release");
+    a.acquire(t2.work_id().as_str(), fast()).await.expect("L1: a released lease can be acquired at once");
+
+    // Expired: the holder vanishes; a waiter gets the lease within TTL + poll.
+    let t_started = Instant::now();
+    b.release(t).await.expect("release");
+    let id = s.work_id("live-expiry");
+    let _abandoned = a.acquire(&id, fast()).await.expect("acquire");
+    b.acquire(&id, fast().wait_for_lease().poll_interval(poll)).await.expect("the waiter gets the expired lease");
+    let waited = t_started.elapsed();
+    let bound = s.ttl + poll + poll / 5;
+    assert!(waited <= bound, "L1: an expired lease reached its waiter after {waited:?} (> {bound:?})");
+}
+
+/// A wait that is cancelled or times out returns a cancellation error, not
+/// `Held`.
+pub async fn waiting_can_be_cancelled(s: &Suite) {
+    let (a, b) = (s.holder("cancel-a"), s.holder("cancel-b"));
+    let id = s.work_id("cancel");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let opts = fast().wait_for_lease().poll_interval(Duration::from_millis(100));
+    let e = b.acquire(&id, opts.clone().wait_timeout(Duration::from_millis(300))).await.unwrap_err();
+    assert!(matches!(e, Error::WaitTimedOut { .. }), "a timed-out wait is WaitTimedOut, got {e:?}");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        trigger.cancel();
+    });
+    let e = b.acquire(&id, opts.cancel_on(cancel)).await.unwrap_err();
+    assert!(matches!(e, Error::Cancelled { .. }), "a cancelled wait is Cancelled, got {e:?}");
+    a.release(t).await.expect("release");
+}
+
+/// TTLs keep millisecond precision: a 1500 ms lease is held at 1400 ms and
+/// free at 1600 ms (no rounding to seconds).
+pub async fn ttl_precision(s: &Suite) {
+    let ttl = Duration::from_millis(1500);
+    let a = Leases::new(s.store.clone(), Config::new("ttl-a", ttl)).expect("config");
+    let b = Leases::new(s.store.clone(), Config::new("ttl-b", ttl)).expect("config");
+    let id = s.work_id("ttl");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    assert_eq!(t.ttl(), ttl);
+    let start = Instant::now();
+    // The contender watches from the start (a register store counts a TTL
+    // from its first sight of the lease).
+    assert!(matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })));
+    tokio::time::sleep_until(start + Duration::from_millis(1400)).await;
+    assert!(
+        matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })),
+        "a 1500 ms lease must still be held at 1400 ms"
+    );
+    tokio::time::sleep_until(start + Duration::from_millis(1600)).await;
+    let t = b.acquire(&id, fast()).await.expect("a 1500 ms lease must be free at 1600 ms");
+    b.release(t).await.expect("release");
+}
+
+/// Background renewal rides out a store that fails for less than the
+/// remaining lease time: the lease is not lost, and stays exclusive.
+pub async fn renewal_survives_transient_failure(s: &Suite) {
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    let a = s.holder_on(faulty.clone(), "transient-a");
+    let b = s.holder("transient-b");
+    let id = s.work_id("transient");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
+    // Fail from just after the first renewal for 60% of the TTL: less than
+    // the time the lease has left then (TTL - margin).
+    tokio::time::sleep(s.ttl / 3 + Duration::from_millis(10)).await;
+    faulty.set_unreachable(true);
+    tokio::time::sleep(s.ttl * 6 / 10).await;
+    faulty.set_unreachable(false);
+    tokio::time::sleep(s.ttl * 2).await;
+    assert!(renewal.lost_cause().is_none(), "a transient failure lost the lease: {:?}", renewal.lost_cause());
+    assert!(matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })), "S1: the lease is still held");
+    let t = renewal.stop().await.expect("not lost");
+    a.release(t).await.expect("release");
+}
+
+/// A store that stays unreachable fires the lost signal with
+/// `WindowExhausted` no later than the send time of the last successful
+/// renewal plus the TTL.
+pub async fn renewal_lost_when_unreachable(s: &Suite) {
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    let a = s.holder_on(faulty.clone(), "unreachable-a");
+    let id = s.work_id("unreachable");
+    let sent = Instant::now();
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    faulty.set_unreachable(true);
+    let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
+    let cause = renewal.lost().await;
+    let at = Instant::now();
+    assert!(matches!(cause, Error::WindowExhausted { .. }), "cause must be WindowExhausted, got {cause:?}");
+    assert!(at <= sent + s.ttl, "lost signal at {:?} after the acquire was sent, later than the TTL {:?}", at - sent, s.ttl);
+    assert!(renewal.lost_signal().is_cancelled());
+    assert!(renewal.stop().await.is_err(), "stop after a loss returns the cause");
+}
+
+/// A renewal that finds its lease revoked fires the lost signal with
+/// `Fenced`, and is not retried.
+pub async fn renewal_lost_when_fenced(s: &Suite) {
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    let a = s.holder_on(faulty.clone(), "fenced-a");
+    let id = s.work_id("fenced");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
+    s.store.revoke(&WorkId::new(id).expect("valid")).await.expect("revoke");
+    let cause = tokio::time::timeout(s.ttl, renewal.lost()).await.expect("lost within a TTL");
+    assert!(matches!(cause, Error::Fenced { .. }), "cause must be Fenced, got {cause:?}");
+    let calls = faulty.calls();
+    tokio::time::sleep(s.ttl).await;
+    assert_eq!(faulty.calls(), calls, "Fenced is never retried");
+}
+
+#[derive(Default)]
+struct History {
+    /// Per work ID: the live belief (holder, token, deadline) and the last
+    /// token granted.
+    beliefs: HashMap<String, (String, u64, Instant)>,
+    last_token: HashMap<String, u64>,
+    grants: HashMap<String, u64>,
+    /// Per work ID: the last acknowledged checkpoint and those in flight.
+    acked: HashMap<String, Option<Bytes>>,
+    pending: HashMap<String, Vec<Bytes>>,
+}
+
+impl History {
+    fn granted(&mut self, holder: &str, t: &Token) {
+        let id = t.work_id().to_string();
+        let now = Instant::now();
+        if let Some((other, token, deadline)) = self.beliefs.get(&id) {
+            assert!(
+                *deadline <= now,
+                "S1 violated on {id}: {holder} got token {} while {other} (token {token}) still believes it holds until {:?} from now",
+                t.fencing_token(),
+                *deadline - now
+            );
+        }
+        let last = self.last_token.insert(id.clone(), t.fencing_token()).unwrap_or(0);
+        assert!(t.fencing_token() > last, "S2 violated on {id}: token {} after {last}", t.fencing_token());
+        self.beliefs.insert(id, (holder.to_string(), t.fencing_token(), t.deadline().expect("deadline")));
+        *self.grants.entry(t.work_id().to_string()).or_default() += 1;
+    }
+
+    fn read(&self, t: &Token, data: &Option<Bytes>) {
+        let id = t.work_id().to_string();
+        let acked = self.acked.get(&id).cloned().unwrap_or(None);
+        let pending = self.pending.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+        let ok = *data == acked || data.as_ref().is_some_and(|d| pending.contains(d));
+        assert!(ok, "S4 violated on {id}: read {data:?}, last acknowledged {acked:?}, in flight {pending:?}");
+    }
+
+    fn lost(&mut self, t: &Token, e: &Error) {
+        let id = t.work_id().to_string();
+        if let Some((_, token, deadline)) = self.beliefs.get(&id) {
+            if *token == t.fencing_token() {
+                if matches!(e, Error::Fenced { .. }) {
+                    assert!(*deadline <= Instant::now(), "S1 violated on {id}: token {token} fenced while its holder still believed in it");
+                }
+                self.beliefs.remove(&id);
+            }
+        }
+    }
+}
+
+/// A concurrent stress check of S1, S2 and S4: `tasks` holders acquire,
+/// renew, checkpoint, pause past their TTL and release a few work IDs for
+/// `rounds` rounds each, while a history checker fails on any overlap of
+/// believed leases, any token that does not increase, and any checkpoint
+/// read that is neither the last acknowledged one nor one in flight.
+pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
+    let ids: Vec<String> = (0..3).map(|i| s.work_id(&format!("stress-{i}"))).collect();
+    let history = Arc::new(Mutex::new(History::default()));
+    let mut handles = Vec::new();
+    for n in 0..tasks {
+        let (leases, ids, history, ttl) = (s.holder(&format!("stress-{n}")), ids.clone(), history.clone(), s.ttl);
+        handles.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64);
+            for round in 0..rounds {
+                let id = &ids[rng.gen_range(0..ids.len())];
+                let mut t = match leases.acquire(id, fast()).await {
+                    Ok(t) => t,
+                    Err(Error::Held { .. }) => {
+                        tokio::time::sleep(ttl.mul_f64(rng.gen_range(0.0..0.3))).await;
+                        continue;
+                    }
+                    Err(e) => panic!("acquire: {e}"),
+                };
+                history.lock().expect("history").granted(leases.holder_id().as_str(), &t);
+                let c = leases.read_checkpoint(&t).await.expect("read right after acquire");
+                history.lock().expect("history").read(&t, &c.data);
+                let mut alive = true;
+                for op in 0..rng.gen_range(1..5) {
+                    // Mostly well inside the window; sometimes a pause past it.
+                    let pause = if rng.gen_bool(0.1) { ttl.mul_f64(1.3) } else { ttl.mul_f64(rng.gen_range(0.0..0.5)) };
+                    tokio::time::sleep(pause).await;
+                    let result = if rng.gen_bool(0.5) {
+                        leases.renew(&t).await
+                    } else {
+                        let data = Bytes::from(format!("{}:{round}:{op}", leases.holder_id()));
+                        history.lock().expect("history").pending.entry(id.clone()).or_default().push(data.clone());
+                        let r = leases.checkpoint(&t, data.clone()).await;
+                        let mut h = history.lock().expect("history");
+                        h.pending.entry(id.clone()).or_default().retain(|d| *d != data);
+                        if r.is_ok() {
+                            h.acked.insert(id.clone(), Some(data));
+                        }
+                        r
+                    };
+                    match result {
+                        Ok(renewed) => {
+                            t = renewed;
+                            history.lock().expect("history").beliefs.insert(
+                                id.clone(),
+                                (leases.holder_id().to_string(), t.fencing_token(), t.deadline().expect("deadline")),
+                            );
+                        }
+                        Err(e) if e.is_lease_lost() => {
+                            history.lock().expect("history").lost(&t, &e);
+                            alive = false;
+                            break;
+                        }
+                        Err(e) => panic!("renew/checkpoint: {e}"),
+                    }
+                }
+                if alive && rng.gen_bool(0.8) {
+                    history.lock().expect("history").lost(&t, &Error::Expired { work_id: id.clone(), fencing_token: 0 });
+                    match leases.release(t.clone()).await {
+                        Ok(()) | Err(Error::Expired { .. } | Error::Fenced { .. }) => {}
+                        Err(e) => panic!("release: {e}"),
+                    }
+                }
+                // else: abandoned, as by a crash; the belief runs out at its deadline.
+            }
+        }));
+    }
+    for h in handles {
+        h.await.expect("stress task panicked (see its message above)");
+    }
+    // The history checks only mean something if every work ID changed
+    // hands several times.
+    let h = history.lock().expect("history");
+    for id in &ids {
+        let n = h.grants.get(id).copied().unwrap_or(0);
+        assert!(n >= 3, "the stress made too little progress: {id} was granted {n} times");
+    }
+}
+
+use rand::SeedableRng;
+
+/// Instantiates every conformance check as its own `#[tokio::test]` for a
+/// store. `$make` is an async block or expression giving a [`Suite`];
+/// `$paused` chooses a paused tokio clock (stores whose clock follows
+/// tokio's) or real time (servers).
+///
+/// ```ignore
+/// worklease::conformance_tests!(memory, paused = true, async {
+///     worklease::conformance::Suite::new(std::sync::Arc::new(worklease::store::memory::MemoryStore::new()))
+/// });
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($name:ident, paused = $paused:tt, $make:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance_tests!(@one $paused, $make, bad_input);
+            $crate::conformance_tests!(@one $paused, $make, mutual_exclusion);
+            $crate::conformance_tests!(@one $paused, $make, fencing_tokens_increase);
+            $crate::conformance_tests!(@one $paused, $make, stale_writers_lose);
+            $crate::conformance_tests!(@one $paused, $make, checkpoints_survive);
+            $crate::conformance_tests!(@one $paused, $make, handoff_flag);
+            $crate::conformance_tests!(@one $paused, $make, liveness);
+            $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
+            $crate::conformance_tests!(@one $paused, $make, ttl_precision);
+            $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
+            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
+            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
+
+            #[tokio::test(start_paused = $paused)]
+            async fn concurrent_stress() {
+                let suite = $make.await;
+                $crate::conformance::concurrent_stress(&suite, 8, 40).await;
+            }
+        }
+    };
+    (@one $paused:tt, $make:expr, $check:ident) => {
+        #[tokio::test(start_paused = $paused)]
+        async fn $check() {
+            let suite = $make.await;
+            $crate::conformance::$check(&suite).await;
+        }
+    };
+}

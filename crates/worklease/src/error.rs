@@ -1,0 +1,238 @@
+//! The one error type of the library.
+//!
+//! The lease outcomes (`Held`, `Expired`, `Fenced`, `WindowExhausted`) are the
+//! `ErrLeaseHeld`, `ErrLeaseExpired`, `ErrFenced` and `ErrLeaseWindowExhausted`
+//! of the Go `worklease` package; `Invalid` covers every rejected argument
+//! (nothing is written when it is returned); `Store` is a failure of the store
+//! itself (unreachable, I/O, corrupt data), which background renewal retries.
+
+use std::time::Duration;
+
+/// Which limit a rejected argument broke. Every variant's message names the
+/// limit, so a user can fix the call without reading the source.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// A work ID must have at least one byte.
+    #[error("work ID is empty: it must be 1 to {max} bytes")]
+    EmptyWorkId {
+        /// The largest work ID accepted, in bytes.
+        max: usize,
+    },
+    /// A work ID longer than the limit.
+    #[error("work ID is {len} bytes: the limit is {max} bytes")]
+    WorkIdTooLong {
+        /// The length given, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// A holder ID must have at least one byte.
+    #[error("holder ID is empty: it must be 1 to {max} bytes")]
+    EmptyHolderId {
+        /// The largest holder ID accepted, in bytes.
+        max: usize,
+    },
+    /// A holder ID longer than the limit.
+    #[error("holder ID is {len} bytes: the limit is {max} bytes")]
+    HolderIdTooLong {
+        /// The length given, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// Work and holder IDs may not contain control characters (NUL, newline,
+    /// ...): they end up in keys, logs and terminal output.
+    #[error("{what} contains the control character {ch:?}: control characters are not allowed")]
+    ControlCharacter {
+        /// `"work ID"` or `"holder ID"`.
+        what: &'static str,
+        /// The first offending character.
+        ch: char,
+    },
+    /// The TTL must be at least one millisecond (stores keep milliseconds).
+    #[error("TTL is {ttl:?}: it must be at least 1ms")]
+    ZeroTtl {
+        /// The TTL given.
+        ttl: Duration,
+    },
+    /// A TTL beyond the limit (which keeps every store's arithmetic in range).
+    #[error("TTL is {ttl:?}: the limit is {max:?}")]
+    TtlTooLong {
+        /// The TTL given.
+        ttl: Duration,
+        /// The limit.
+        max: Duration,
+    },
+    /// A checkpoint larger than the limit.
+    #[error("checkpoint is {len} bytes: the limit is {max} bytes")]
+    CheckpointTooLarge {
+        /// The size given, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// A setting that breaks a rule between settings (for example a renewal
+    /// interval that is not shorter than the TTL). The message names the rule.
+    #[error("{0}")]
+    Config(String),
+    /// A token whose text form does not parse.
+    #[error("malformed lease token: {0}")]
+    MalformedToken(String),
+    /// A token used with a lease handle of another holder.
+    #[error("token belongs to holder {token_holder:?}, not to this handle's holder {holder:?}")]
+    ForeignToken {
+        /// The holder named in the token.
+        token_holder: String,
+        /// The holder of the [`crate::Leases`] handle.
+        holder: String,
+    },
+    /// A store URL that cannot be used. The URL in the message has its
+    /// credentials removed.
+    #[error("store URL {url:?}: {reason}")]
+    StoreUrl {
+        /// The URL, credentials redacted.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// A failure of the store itself, as opposed to a lease outcome.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind} store: {message}")]
+pub struct StoreError {
+    /// The kind of store (`"memory"`, `"sqlite"`, ...).
+    pub kind: &'static str,
+    /// What failed, without credentials.
+    pub message: String,
+    /// The underlying error, where there is one.
+    #[source]
+    pub source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    /// A store error with a message and no underlying cause.
+    pub fn new(kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store error wrapping the library error that caused it.
+    pub fn with_source(
+        kind: &'static str,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: Some(std::sync::Arc::new(source)),
+        }
+    }
+}
+
+/// Every error the library returns. Cloneable, so that the lost signal of
+/// background renewal can hand its cause to every listener.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another holder's lease on the work ID is live (Go: `ErrLeaseHeld`).
+    #[error("lease on {work_id:?} is held by {holder_id:?}{}", fmt_expires_in(*.expires_in))]
+    Held {
+        /// The work ID asked for.
+        work_id: String,
+        /// Who holds it.
+        holder_id: String,
+        /// How long the holder's lease has left by the store's clock, where
+        /// the store can tell (a bare register cannot: see
+        /// [`crate::store::register`]).
+        expires_in: Option<Duration>,
+    },
+    /// The token's lease expired and nobody has taken it since
+    /// (Go: `ErrLeaseExpired`). Nothing was changed.
+    #[error("lease on {work_id:?} with fencing token {fencing_token} has expired")]
+    Expired {
+        /// The work ID.
+        work_id: String,
+        /// The stale token's fencing token.
+        fencing_token: u64,
+    },
+    /// The token is no longer current: another acquisition followed it, or
+    /// the work ID was never acquired with it (Go: `ErrFenced`). Nothing was
+    /// changed; never retried.
+    #[error("lease on {work_id:?} with fencing token {fencing_token} is fenced: another acquisition replaced it")]
+    Fenced {
+        /// The work ID.
+        work_id: String,
+        /// The stale token's fencing token.
+        fencing_token: u64,
+    },
+    /// Background renewal kept failing until the lease could no longer be
+    /// saved (Go: `ErrLeaseWindowExhausted`). The work must stop.
+    #[error("lease on {work_id:?} with fencing token {fencing_token} was lost: renewal failed until the lease window ran out{}", fmt_last(.last_error))]
+    WindowExhausted {
+        /// The work ID.
+        work_id: String,
+        /// The lost token's fencing token.
+        fencing_token: u64,
+        /// The last renewal failure, as text.
+        last_error: Option<String>,
+    },
+    /// A waiting acquisition was cancelled through its cancellation token.
+    #[error("waiting for the lease on {work_id:?} was cancelled")]
+    Cancelled {
+        /// The work ID waited for.
+        work_id: String,
+    },
+    /// A waiting acquisition ran out of its wait timeout.
+    #[error("waiting for the lease on {work_id:?} timed out after {waited:?}")]
+    WaitTimedOut {
+        /// The work ID waited for.
+        work_id: String,
+        /// The timeout that ran out.
+        waited: Duration,
+    },
+    /// An argument broke a limit; nothing was written.
+    #[error("invalid input: {0}")]
+    Invalid(#[from] InvalidInput),
+    /// The store failed (unreachable, I/O error, corrupt data).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl Error {
+    /// True for the errors that mean the token is no longer current and the
+    /// work must stop: `Fenced`, `Expired` and `WindowExhausted`.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(
+            self,
+            Error::Fenced { .. } | Error::Expired { .. } | Error::WindowExhausted { .. }
+        )
+    }
+
+    /// True for a failure of the store, which a retry may cure.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Store(_))
+    }
+}
+
+fn fmt_expires_in(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!(" (expires in {:.1}s)", d.as_secs_f64()),
+        None => String::new(),
+    }
+}
+
+fn fmt_last(e: &Option<String>) -> String {
+    match e {
+        Some(e) => format!(" (last error: {e})"),
+        None => String::new(),
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

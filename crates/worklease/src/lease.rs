@@ -1,0 +1,472 @@
+//! Acquire, renew, checkpoint, read, release: the lease API of the Go
+//! `worklease` package, over any [`LeaseStore`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::Rng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::limits::{check_checkpoint, check_ttl, HolderId, WorkId};
+use crate::observe::{
+    AcquireEvent, CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
+    ReleaseEvent, RenewEvent,
+};
+use crate::renewal::{Renewal, RenewalOptions};
+use crate::store::{Checkpoint, LeaseRef, LeaseStore};
+use crate::token::Token;
+
+/// The default poll interval of a waiting acquisition (as in the Go
+/// original).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Settings of a [`Leases`] handle (Go: `Config`).
+#[derive(Clone)]
+pub struct Config {
+    holder_id: String,
+    ttl: Duration,
+    safety_margin: Option<Duration>,
+    observer: Arc<dyn LeaseObserver>,
+}
+
+impl Config {
+    /// A holder ID (unique per process: two processes with one holder ID are
+    /// one holder to the store) and a lease TTL. Checked by [`Leases::new`].
+    pub fn new(holder_id: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            holder_id: holder_id.into(),
+            ttl,
+            safety_margin: None,
+            observer: Arc::new(NoopObserver),
+        }
+    }
+
+    /// The observer of every operation; default [`NoopObserver`].
+    pub fn observer(mut self, observer: Arc<dyn LeaseObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// How long before the end of its TTL a holder stops counting the lease
+    /// as its own (SPEC §3 "Clocks": send time + TTL − margin). It covers
+    /// clock-rate differences between holder and store and the time a
+    /// holder needs to stop its work. Default: TTL/10. Must be shorter than
+    /// the TTL.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+}
+
+/// Options of one acquisition (Go: `WithWaitForLease`, `WithPollInterval`).
+#[derive(Clone, Debug)]
+pub struct AcquireOptions {
+    wait: bool,
+    poll_interval: Duration,
+    wait_timeout: Option<Duration>,
+    cancel: Option<CancellationToken>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self {
+            wait: false,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            wait_timeout: None,
+            cancel: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Fail fast with `Held` when the lease is taken.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wait until the lease is free instead of failing with `Held`. The wait
+    /// ends early when the store notifies a release, when the holder's lease
+    /// is due to expire by the store's clock, and otherwise every poll
+    /// interval. Cancel it by dropping the future, through
+    /// [`AcquireOptions::cancel_on`], or with [`AcquireOptions::wait_timeout`].
+    pub fn wait_for_lease(mut self) -> Self {
+        self.wait = true;
+        self
+    }
+
+    /// Whether waiting was asked for (Go: `HasWaitForLease`).
+    pub fn waits(&self) -> bool {
+        self.wait
+    }
+
+    /// How often a waiting acquisition retries; default 2 s; must be at
+    /// least 1 ms.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The poll interval in force.
+    pub fn get_poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    /// Give up waiting after `timeout` with [`Error::WaitTimedOut`].
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = Some(timeout);
+        self
+    }
+
+    /// Give up waiting with [`Error::Cancelled`] when `cancel` fires.
+    pub fn cancel_on(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) holder_id: HolderId,
+    pub(crate) ttl: Duration,
+    pub(crate) margin: Duration,
+    pub(crate) observer: Arc<dyn LeaseObserver>,
+}
+
+/// A holder's handle on a store: acquires, renews, checkpoints and releases
+/// leases (Go: `worklease.New`). Cheap to clone; clones share the holder.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use worklease::{store::memory::MemoryStore, AcquireOptions, Config, Leases};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> worklease::Result<()> {
+/// let leases = Leases::new(Arc::new(MemoryStore::new()), Config::new("worker-1", Duration::from_secs(15)))?;
+/// let token = leases.acquire("nightly-report", AcquireOptions::new()).await?;
+/// let prior = leases.read_checkpoint(&token).await?;
+/// assert!(prior.data.is_none());
+/// let token = leases.checkpoint(&token, &b"page 7"[..]).await?;
+/// leases.release(token).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Leases {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("store", &self.inner.store.kind())
+            .field("holder_id", &self.inner.holder_id)
+            .field("ttl", &self.inner.ttl)
+            .finish()
+    }
+}
+
+impl Leases {
+    /// A handle for `config`'s holder on `store`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an empty, oversized or control-character holder
+    /// ID, a TTL under 1 ms or over [`crate::limits::MAX_TTL`], or a safety
+    /// margin not shorter than the TTL.
+    pub fn new(store: Arc<dyn LeaseStore>, config: Config) -> Result<Self> {
+        let holder_id = HolderId::new(config.holder_id)?;
+        let ttl = check_ttl(config.ttl)?;
+        let margin = config.safety_margin.unwrap_or(ttl / 10);
+        if margin >= ttl {
+            return Err(InvalidInput::Config(format!(
+                "safety margin {margin:?} must be shorter than the TTL {ttl:?}"
+            ))
+            .into());
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                holder_id,
+                ttl,
+                margin,
+                observer: config.observer,
+            }),
+        })
+    }
+
+    /// This handle's holder ID.
+    pub fn holder_id(&self) -> &HolderId {
+        &self.inner.holder_id
+    }
+
+    /// The TTL of every acquisition and renewal.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// The safety margin (see [`Config::safety_margin`]).
+    pub fn safety_margin(&self) -> Duration {
+        self.inner.margin
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.inner.store
+    }
+
+    /// Acquires the lease on `work_id` (Go: `Acquire`).
+    ///
+    /// # Errors
+    /// * [`Error::Held`] when another acquisition is live and waiting was
+    ///   not asked for;
+    /// * [`Error::Cancelled`] / [`Error::WaitTimedOut`] when a wait is
+    ///   cancelled or runs out (never `Held`);
+    /// * [`Error::Invalid`] for a bad work ID or poll interval (nothing is
+    ///   written);
+    /// * [`Error::Store`] when the store fails (also while waiting: the
+    ///   caller decides whether to try again).
+    pub async fn acquire(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
+        let work_id = WorkId::new(work_id)?;
+        if options.poll_interval < Duration::from_millis(1) {
+            return Err(InvalidInput::Config(format!(
+                "poll interval {:?} must be at least 1ms",
+                options.poll_interval
+            ))
+            .into());
+        }
+        let wait_until = options.wait_timeout.map(|t| Instant::now() + t);
+        let mut attempts = 0;
+        loop {
+            // Subscribe before trying, so a release between our attempt and
+            // our sleep still wakes us.
+            let watch = if options.wait { self.inner.store.watch(&work_id) } else { None };
+            attempts += 1;
+            let sent = Instant::now();
+            let result = self.inner.store.acquire(&work_id, &self.inner.holder_id, self.inner.ttl).await;
+            let duration = sent.elapsed();
+            let expires_in = match result {
+                Ok(grant) => {
+                    let token = Token {
+                        work_id: work_id.clone(),
+                        holder_id: self.inner.holder_id.clone(),
+                        fencing_token: grant.fencing_token,
+                        expires_at: grant.expires_at,
+                        ttl: self.inner.ttl,
+                        deadline: Some(self.deadline_from(sent)),
+                    };
+                    self.inner.observer.on_acquire(&AcquireEvent {
+                        work_id: &work_id,
+                        token: Some(&token),
+                        error: None,
+                        attempts,
+                        duration,
+                    });
+                    tracing::debug!(work_id = %work_id, fencing_token = token.fencing_token, "lease acquired");
+                    return Ok(token);
+                }
+                Err(Error::Held { expires_in, .. }) if options.wait => expires_in,
+                Err(e) => {
+                    self.inner.observer.on_acquire(&AcquireEvent {
+                        work_id: &work_id,
+                        token: None,
+                        error: Some(&e),
+                        attempts,
+                        duration,
+                    });
+                    return Err(e);
+                }
+            };
+            // Sleep until the next poll, or just past the holder's expiry if
+            // that comes first; a jitter of up to 10% spreads many waiters.
+            let mut nap = options.poll_interval;
+            if let Some(left) = expires_in {
+                nap = nap.min(left + Duration::from_millis(1));
+            }
+            nap += nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1));
+            let give_up = |e: Error| {
+                self.inner.observer.on_acquire(&AcquireEvent {
+                    work_id: &work_id,
+                    token: None,
+                    error: Some(&e),
+                    attempts,
+                    duration,
+                });
+                Err(e)
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(nap) => {}
+                _ = async { match watch { Some(w) => w.await, None => std::future::pending().await } } => {}
+                _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
+                    return give_up(Error::Cancelled { work_id: work_id.to_string() });
+                }
+                _ = async { match wait_until { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+                    return give_up(Error::WaitTimedOut {
+                        work_id: work_id.to_string(),
+                        waited: options.wait_timeout.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+    }
+
+    pub(crate) fn deadline_from(&self, sent: Instant) -> Instant {
+        sent + (self.inner.ttl - self.inner.margin)
+    }
+
+    fn check_token(&self, token: &Token) -> Result<()> {
+        if token.holder_id != self.inner.holder_id {
+            return Err(InvalidInput::ForeignToken {
+                token_holder: token.holder_id.to_string(),
+                holder: self.inner.holder_id.to_string(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    fn fenced(&self, token: &Token, operation: Operation, error: &Error) {
+        if matches!(error, Error::Fenced { .. }) {
+            self.inner.observer.on_fenced(&FencedEvent { token, operation, error });
+        }
+    }
+
+    /// One renewal attempt, reported to the observer as attempt `attempt`.
+    pub(crate) async fn renew_attempt(&self, token: &Token, attempt: u32) -> Result<Token> {
+        self.check_token(token)?;
+        let sent = Instant::now();
+        let result = self.inner.store.renew(lease_ref(token), self.inner.ttl).await;
+        let duration = sent.elapsed();
+        let error = result.as_ref().err();
+        self.inner.observer.on_renew(&RenewEvent {
+            token,
+            error,
+            attempt,
+            duration,
+        });
+        if let Some(e) = error {
+            self.fenced(token, Operation::Renew, e);
+        }
+        let expires_at = result?;
+        Ok(self.extended(token, sent, expires_at))
+    }
+
+    fn extended(&self, token: &Token, sent: Instant, expires_at: std::time::SystemTime) -> Token {
+        Token {
+            expires_at,
+            ttl: self.inner.ttl,
+            deadline: Some(self.deadline_from(sent)),
+            ..token.clone()
+        }
+    }
+
+    /// Extends the lease by the TTL from now (Go: `Renew`) and returns the
+    /// extended token.
+    ///
+    /// # Errors
+    /// [`Error::Expired`] when the lease expired or was released and nobody
+    /// took it; [`Error::Fenced`] when another acquisition replaced it, an
+    /// operator revoked it, or it never existed; [`Error::Invalid`] for a
+    /// token of another holder; [`Error::Store`] when the store fails.
+    pub async fn renew(&self, token: &Token) -> Result<Token> {
+        self.renew_attempt(token, 1).await
+    }
+
+    /// Stores `data` as the work ID's checkpoint AND extends the lease, in
+    /// one atomic step (Go: `Checkpoint`; "I am alive, and here is where I
+    /// am"). Returns the extended token.
+    ///
+    /// # Errors
+    /// As [`Leases::renew`]; also [`Error::Invalid`] for a checkpoint over
+    /// [`crate::limits::MAX_CHECKPOINT_BYTES`] (nothing is written).
+    pub async fn checkpoint(&self, token: &Token, data: impl Into<Bytes>) -> Result<Token> {
+        let data = data.into();
+        self.check_token(token)?;
+        check_checkpoint(data.len())?;
+        let size = data.len();
+        let sent = Instant::now();
+        let result = self.inner.store.checkpoint(lease_ref(token), self.inner.ttl, data).await;
+        let duration = sent.elapsed();
+        let error = result.as_ref().err();
+        self.inner.observer.on_checkpoint(&CheckpointEvent {
+            token,
+            size,
+            error,
+            duration,
+        });
+        if let Some(e) = error {
+            self.fenced(token, Operation::Checkpoint, e);
+        }
+        let expires_at = result?;
+        Ok(self.extended(token, sent, expires_at))
+    }
+
+    /// The last acknowledged checkpoint of the work ID and the hand-off facts
+    /// of this token's acquisition (Go: `ReadCheckpoint`). No data (not an
+    /// error) on the first acquisition of a work ID.
+    ///
+    /// # Errors
+    /// [`Error::Fenced`] / [`Error::Expired`] for a token that is not the
+    /// current live lease; [`Error::Store`] when the store fails.
+    pub async fn read_checkpoint(&self, token: &Token) -> Result<Checkpoint> {
+        self.check_token(token)?;
+        let sent = Instant::now();
+        let result = self.inner.store.read_checkpoint(lease_ref(token)).await;
+        let duration = sent.elapsed();
+        let (size, clean_handoff) = match &result {
+            Ok(c) => (c.data.as_ref().map_or(0, Bytes::len), c.clean_handoff()),
+            Err(_) => (0, false),
+        };
+        self.inner.observer.on_read_checkpoint(&ReadCheckpointEvent {
+            token,
+            size,
+            clean_handoff,
+            error: result.as_ref().err(),
+            duration,
+        });
+        result
+    }
+
+    /// Ends the lease at once and marks the hand-off clean (Go: `Release`):
+    /// a waiting successor gets it on its next attempt, not after a TTL. The
+    /// checkpoint is kept.
+    ///
+    /// # Errors
+    /// As [`Leases::renew`]; a failed release changes nothing.
+    pub async fn release(&self, token: Token) -> Result<()> {
+        self.check_token(&token)?;
+        let sent = Instant::now();
+        let result = self.inner.store.release(lease_ref(&token)).await;
+        let duration = sent.elapsed();
+        let error = result.as_ref().err();
+        self.inner.observer.on_release(&ReleaseEvent {
+            token: &token,
+            error,
+            duration,
+        });
+        if let Some(e) = error {
+            self.fenced(&token, Operation::Release, e);
+        } else {
+            tracing::debug!(work_id = %token.work_id, fencing_token = token.fencing_token, "lease released");
+        }
+        result
+    }
+
+    /// Starts renewing `token` in the background (Go: `StartRenewal`). See
+    /// [`Renewal`] for the lost signal and [`Renewal::stop`].
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when the options break a rule (see
+    /// [`RenewalOptions`]) or the token belongs to another holder.
+    pub fn start_renewal(&self, token: Token, options: RenewalOptions) -> Result<Renewal> {
+        self.check_token(&token)?;
+        Renewal::start(self.clone(), token, options)
+    }
+}
+
+pub(crate) fn lease_ref(token: &Token) -> LeaseRef<'_> {
+    LeaseRef {
+        work_id: &token.work_id,
+        holder_id: &token.holder_id,
+        fencing_token: token.fencing_token,
+    }
+}

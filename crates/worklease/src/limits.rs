@@ -1,0 +1,153 @@
+//! Checked identifiers and the limits every store shares.
+//!
+//! Work IDs and holder IDs are data: they are validated once, here, into
+//! [`WorkId`] and [`HolderId`], and every store binds them as parameters or
+//! escapes them. The limits are chosen so that every store the project
+//! supports can hold them: 256 bytes of ID fit in an S3 key (1,024 bytes)
+//! with a prefix, and a 1 MiB checkpoint fits under etcd's default request
+//! limit (1.5 MiB).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::InvalidInput;
+
+/// The longest work ID, in bytes (UTF-8).
+pub const MAX_WORK_ID_BYTES: usize = 256;
+/// The longest holder ID, in bytes (UTF-8).
+pub const MAX_HOLDER_ID_BYTES: usize = 256;
+/// The largest checkpoint, in bytes.
+pub const MAX_CHECKPOINT_BYTES: usize = 1024 * 1024;
+/// The longest TTL: one week. Longer leases are better served by a database
+/// row than a lease; the limit keeps every store's millisecond arithmetic
+/// far from overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+fn check_id(
+    s: &str,
+    what: &'static str,
+    max: usize,
+    empty: InvalidInput,
+) -> Result<(), InvalidInput> {
+    if s.is_empty() {
+        return Err(empty);
+    }
+    if s.len() > max {
+        return Err(if what == "work ID" {
+            InvalidInput::WorkIdTooLong { len: s.len(), max }
+        } else {
+            InvalidInput::HolderIdTooLong { len: s.len(), max }
+        });
+    }
+    if let Some(ch) = s.chars().find(|c| c.is_control()) {
+        return Err(InvalidInput::ControlCharacter { what, ch });
+    }
+    Ok(())
+}
+
+macro_rules! checked_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $max:ident, $empty:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(String);
+
+        impl $name {
+            #[doc = concat!("Checks `s` and wraps it.\n\n# Errors\n[`InvalidInput`] when `s` is empty, longer than [`", stringify!($max), "`] bytes, or contains a control character.")]
+            pub fn new(s: impl Into<String>) -> Result<Self, InvalidInput> {
+                let s = s.into();
+                check_id(&s, $what, $max, InvalidInput::$empty { max: $max })?;
+                Ok(Self(s))
+            }
+
+            /// The ID as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = InvalidInput;
+            fn try_from(s: &str) -> Result<Self, InvalidInput> {
+                Self::new(s)
+            }
+        }
+    };
+}
+
+checked_id!(
+    /// A checked work ID: 1 to [`MAX_WORK_ID_BYTES`] bytes of UTF-8 without
+    /// control characters. Any other character (`/`, `:`, `{`, spaces,
+    /// non-ASCII) is allowed and kept distinct by every store.
+    WorkId, "work ID", MAX_WORK_ID_BYTES, EmptyWorkId
+);
+
+checked_id!(
+    /// A checked holder ID: 1 to [`MAX_HOLDER_ID_BYTES`] bytes of UTF-8
+    /// without control characters.
+    HolderId, "holder ID", MAX_HOLDER_ID_BYTES, EmptyHolderId
+);
+
+/// Checks a TTL: at least 1 ms, at most [`MAX_TTL`].
+///
+/// # Errors
+/// [`InvalidInput::ZeroTtl`] below 1 ms, [`InvalidInput::TtlTooLong`] above
+/// [`MAX_TTL`].
+pub fn check_ttl(ttl: Duration) -> Result<Duration, InvalidInput> {
+    if ttl < Duration::from_millis(1) {
+        return Err(InvalidInput::ZeroTtl { ttl });
+    }
+    if ttl > MAX_TTL {
+        return Err(InvalidInput::TtlTooLong { ttl, max: MAX_TTL });
+    }
+    Ok(ttl)
+}
+
+/// Checks a checkpoint's size against [`MAX_CHECKPOINT_BYTES`].
+///
+/// # Errors
+/// [`InvalidInput::CheckpointTooLarge`] above the limit.
+pub fn check_checkpoint(len: usize) -> Result<(), InvalidInput> {
+    if len > MAX_CHECKPOINT_BYTES {
+        return Err(InvalidInput::CheckpointTooLarge {
+            len,
+            max: MAX_CHECKPOINT_BYTES,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_name_their_limits() {
+        assert!(WorkId::new("").unwrap_err().to_string().contains("256"));
+        let long = "x".repeat(MAX_WORK_ID_BYTES + 1);
+        let e = WorkId::new(long).unwrap_err().to_string();
+        assert!(e.contains("257") && e.contains("256"), "{e}");
+        assert!(HolderId::new("a\nb").is_err());
+        assert!(WorkId::new("jobs/a b:{ü}").is_ok());
+        assert!(check_ttl(Duration::ZERO).unwrap_err().to_string().contains("1ms"));
+        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES).is_ok());
+        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1).is_err());
+    }
+}

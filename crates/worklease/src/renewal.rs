@@ -1,0 +1,246 @@
+//! Background renewal (Go: `StartRenewal`, `WithRenewalInterval`,
+//! `WithRenewalBackoff`).
+//!
+//! A task renews the lease every interval (default TTL/3, which leaves room
+//! for two retries inside the TTL). A failed renewal is retried with
+//! exponential backoff and jitter while the lease can still be saved, that
+//! is until the holder's deadline: the send time of the last successful
+//! acquire or renew, plus the TTL, minus the safety margin. Each attempt is
+//! bounded by that deadline, so a renew request that hangs cannot keep a
+//! lost lease alive. When the lease is lost the lost signal fires with the
+//! cause: `Fenced` or `Expired` at once (never retried), `WindowExhausted`
+//! when the deadline passed without a successful renewal.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::lease::Leases;
+use crate::token::Token;
+
+/// Options of background renewal.
+#[derive(Debug, Clone)]
+pub struct RenewalOptions {
+    interval: Option<Duration>,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+    jitter: f64,
+}
+
+impl Default for RenewalOptions {
+    fn default() -> Self {
+        Self {
+            interval: None,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            jitter: 0.2,
+        }
+    }
+}
+
+impl RenewalOptions {
+    /// Defaults: interval TTL/3; backoff 100 ms initial, 5 s max, jitter 0.2.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Time from one successful renewal's send to the next renewal. Must be
+    /// at least 1 ms and shorter than TTL − safety margin.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// Retry a failed renewal after `initial`, doubling up to `max`, each
+    /// wait varied by ± `jitter` (a fraction from 0 to 1). Never past the
+    /// lease window.
+    pub fn backoff(mut self, initial: Duration, max: Duration, jitter: f64) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self.jitter = jitter;
+        self
+    }
+
+    fn checked_interval(&self, leases: &Leases) -> Result<Duration> {
+        let window = leases.ttl() - leases.safety_margin();
+        let interval = self.interval.unwrap_or(leases.ttl() / 3);
+        let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
+        if interval < Duration::from_millis(1) || interval >= window {
+            return rule(format!(
+                "renewal interval {interval:?} must be at least 1ms and shorter than TTL - safety margin ({window:?})"
+            ));
+        }
+        if self.backoff_initial < Duration::from_millis(1) || self.backoff_max < self.backoff_initial {
+            return rule(format!(
+                "renewal backoff initial {:?} must be at least 1ms and not above max {:?}",
+                self.backoff_initial, self.backoff_max
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return rule(format!("renewal jitter {} must be between 0 and 1", self.jitter));
+        }
+        Ok(interval)
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    token: Token,
+    lost: Option<Error>,
+}
+
+/// A running background renewal (Go: the `renewCtx` and `stop` pair).
+///
+/// Dropping it stops the renewal (without releasing the lease).
+pub struct Renewal {
+    state: watch::Receiver<Shared>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Renewal {
+    pub(crate) fn start(leases: Leases, token: Token, options: RenewalOptions) -> Result<Self> {
+        let interval = options.checked_interval(&leases)?;
+        let (tx, rx) = watch::channel(Shared {
+            token: token.clone(),
+            lost: None,
+        });
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(leases, token, options, interval, tx, lost.clone(), stop.clone()));
+        Ok(Self {
+            state: rx,
+            lost,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The latest token (renewals extend its expiry and deadline).
+    pub fn token(&self) -> Token {
+        self.state.borrow().token.clone()
+    }
+
+    /// A signal that fires when the lease is lost; pass it to the work so it
+    /// stops. Stopping the renewal does not fire it.
+    pub fn lost_signal(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Why the lease was lost, once it was: `Fenced`, `Expired` or
+    /// `WindowExhausted`.
+    pub fn lost_cause(&self) -> Option<Error> {
+        self.state.borrow().lost.clone()
+    }
+
+    /// Waits until the lease is lost and returns the cause.
+    pub async fn lost(&self) -> Error {
+        self.lost.cancelled().await;
+        self.lost_cause().unwrap_or_else(|| Error::WindowExhausted {
+            work_id: self.token().work_id.to_string(),
+            fencing_token: self.token().fencing_token,
+            last_error: None,
+        })
+    }
+
+    /// Stops renewing and returns the latest token, to release or to hand on.
+    ///
+    /// # Errors
+    /// The cause of the loss when the lease was lost before the stop.
+    pub async fn stop(mut self) -> Result<Token> {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            // The task only ends by returning; a join error means it panicked,
+            // and its lost signal has then not fired: report the lease lost.
+            let _ = task.await;
+        }
+        let state = self.state.borrow().clone();
+        match state.lost {
+            Some(e) => Err(e),
+            None => Ok(state.token),
+        }
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn run(
+    leases: Leases,
+    mut token: Token,
+    options: RenewalOptions,
+    interval: Duration,
+    tx: watch::Sender<Shared>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+) {
+    // The send time of the last successful acquire or renew; a parsed token
+    // (no deadline) is renewed at once and has no window for retries.
+    let mut last_sent = token.deadline.map(|d| d - (leases.ttl() - leases.safety_margin()));
+    loop {
+        if let Some(sent) = last_sent {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(sent + interval) => {}
+            }
+        }
+        let mut attempt = 0;
+        let mut backoff = options.backoff_initial;
+        let outcome = loop {
+            attempt += 1;
+            let now = Instant::now();
+            let deadline = token.deadline.unwrap_or(now + (leases.ttl() - leases.safety_margin()));
+            let sent = Instant::now();
+            let result = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = tokio::time::timeout_at(deadline, leases.renew_attempt(&token, attempt)) => r,
+            };
+            let error = match result {
+                Ok(Ok(renewed)) => {
+                    last_sent = Some(sent);
+                    break Ok(renewed);
+                }
+                Ok(Err(e)) if !e.is_transient() => break Err(e),
+                Ok(Err(e)) => e.to_string(),
+                Err(_elapsed) => "renew request still unanswered at the lease deadline".to_string(),
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if token.deadline.is_none() || left < Duration::from_millis(1) {
+                break Err(Error::WindowExhausted {
+                    work_id: token.work_id.to_string(),
+                    fencing_token: token.fencing_token,
+                    last_error: Some(error),
+                });
+            }
+            let jitter = 1.0 + rand::thread_rng().gen_range(-options.jitter..=options.jitter);
+            let nap = backoff.mul_f64(jitter).min(left / 2);
+            tracing::warn!(work_id = %token.work_id, attempt, error = %error, retry_in = ?nap, "lease renewal failed");
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(nap) => {}
+            }
+            backoff = (backoff * 2).min(options.backoff_max);
+        };
+        match outcome {
+            Ok(renewed) => {
+                token = renewed;
+                tx.send_modify(|s| s.token = token.clone());
+            }
+            Err(e) => {
+                tracing::warn!(work_id = %token.work_id, fencing_token = token.fencing_token, error = %e, "lease lost");
+                tx.send_modify(|s| s.lost = Some(e));
+                lost.cancel();
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The in-memory store: for tests and single-process use.
+//!
+//! Expiry is judged by tokio's monotonic clock ([`tokio::time::Instant`]),
+//! so a paused test clock drives it. Fencing tokens come from one sequence
+//! for the whole store, so they increase across all work IDs (SPEC §1
+//! "Fencing source"). Waiters are woken at once by a release or a revocation.
+//!
+//! Not supported: sharing between processes, and durability: everything,
+//! fencing sequence included, is gone with the store value. Use the SQLite
+//! store for more than one process.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use tokio::time::Instant;
+
+use crate::error::{Result, StoreError};
+use crate::limits::{HolderId, WorkId};
+use crate::store::notify::Watchers;
+use crate::store::record::{self, Phase, Record};
+use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
+
+const KIND: &str = "memory";
+
+#[derive(Default)]
+struct State {
+    leases: HashMap<WorkId, (Record, Instant)>,
+    last_token: u64,
+}
+
+/// A store in this process's memory. See the module docs for what it does
+/// not support.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+    watchers: Watchers,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, State>> {
+        // A poisoned lock means a panic mid-update; refuse rather than guess.
+        self.state
+            .lock()
+            .map_err(|_| StoreError::new(KIND, "state lock poisoned by an earlier panic").into())
+    }
+
+    /// Runs `f` on the current, live record of `lease`.
+    fn with_current<T>(&self, lease: LeaseRef<'_>, f: impl FnOnce(&mut Record, &mut Instant) -> T) -> Result<T> {
+        let mut st = self.lock()?;
+        let now = Instant::now();
+        let Some((r, exp)) = st.leases.get_mut(lease.work_id) else {
+            return Err(record::fenced(lease));
+        };
+        record::check_current(Some(r), lease, *exp > now)?;
+        Ok(f(r, exp))
+    }
+}
+
+fn wall_expiry(exp: Instant) -> SystemTime {
+    let now = Instant::now();
+    if exp >= now {
+        SystemTime::now() + (exp - now)
+    } else {
+        SystemTime::now() - (now - exp)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+        let mut st = self.lock()?;
+        let now = Instant::now();
+        let current = st.leases.get(work_id);
+        let unexpired = current.is_some_and(|(_, exp)| *exp > now);
+        let expires_in = current.map(|(_, exp)| exp.saturating_duration_since(now));
+        let next = st.last_token + 1;
+        let rec = record::acquire(
+            current.map(|(r, _)| r),
+            unexpired,
+            work_id,
+            holder_id,
+            ttl.as_millis() as u64,
+            next,
+            expires_in,
+        )?;
+        st.last_token = next;
+        let grant = Grant {
+            fencing_token: next,
+            expires_at: SystemTime::now() + ttl,
+            handoff: rec.handoff(),
+        };
+        st.leases.insert(work_id.clone(), (rec, now + ttl));
+        Ok(grant)
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        self.with_current(lease, |r, exp| {
+            r.ttl_ms = ttl.as_millis() as u64;
+            *exp = Instant::now() + ttl;
+            SystemTime::now() + ttl
+        })
+    }
+
+    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime> {
+        self.with_current(lease, |r, exp| {
+            r.checkpoint = Some(data);
+            r.ttl_ms = ttl.as_millis() as u64;
+            *exp = Instant::now() + ttl;
+            SystemTime::now() + ttl
+        })
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
+        self.with_current(lease, |r, _| record::read(r))
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
+        self.with_current(lease, |r, exp| {
+            r.phase = Phase::Released;
+            *exp = Instant::now();
+        })?;
+        self.watchers.notify(lease.work_id);
+        Ok(())
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
+        let st = self.lock()?;
+        let mut out: Vec<LeaseInfo> = st
+            .leases
+            .iter()
+            .filter(|(id, _)| work_ids.is_empty() || work_ids.contains(id))
+            .map(|(id, (r, exp))| info(id, r, *exp))
+            .collect();
+        out.sort_by(|a, b| a.work_id.cmp(&b.work_id));
+        Ok(out)
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
+        let mut st = self.lock()?;
+        let Some((r, exp)) = st.leases.get_mut(work_id) else {
+            return Ok(None);
+        };
+        let before = info(work_id, r, *exp);
+        if r.is_live(*exp > Instant::now()) {
+            r.phase = Phase::Revoked;
+            *exp = Instant::now();
+        }
+        drop(st);
+        self.watchers.notify(work_id);
+        Ok(Some(before))
+    }
+
+    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
+        self.watchers.watch(work_id)
+    }
+}
+
+fn info(work_id: &WorkId, r: &Record, exp: Instant) -> LeaseInfo {
+    let now = Instant::now();
+    let live = r.is_live(exp > now);
+    LeaseInfo {
+        work_id: work_id.clone(),
+        holder_id: r.holder_id.clone(),
+        fencing_token: r.fencing_token,
+        expires_at: wall_expiry(exp),
+        expires_in: live.then(|| exp - now),
+        expired: !live,
+        released: r.phase == Phase::Released,
+        checkpoint_bytes: r.checkpoint.as_ref().map_or(0, Bytes::len),
+        handoff: r.handoff(),
+    }
+}

@@ -1,0 +1,222 @@
+//! The store abstraction: what a backend must do for the lease layer.
+//!
+//! There are two extension points:
+//!
+//! * [`LeaseStore`]: a store with its own clock and atomic operations
+//!   (SQLite, PostgreSQL, Redis, etcd) implements every lease operation as
+//!   one atomic step and judges expiry itself, by its own clock, in that
+//!   step. The lease layer ([`crate::Leases`]) never compares two hosts'
+//!   clocks.
+//! * [`register::Register`]: a bare compare-and-swap register (the `hoplock`
+//!   backend: read → value + handle, write with the previous handle, delete
+//!   with a handle), such as one object in S3. [`register::RegisterStore`]
+//!   turns any register into a [`LeaseStore`] with the observation rule of
+//!   SPEC §3 "Clocks".
+//!
+//! Every store keeps the contract of SPEC §3 (S1–S5, L1, bad input), which
+//! the conformance suite (`worklease::conformance`, feature `testkit`)
+//! checks. Identifiers reach a store already checked ([`WorkId`],
+//! [`HolderId`]); the lease layer checks TTLs and checkpoint sizes before a
+//! store sees them, so a store only writes valid input.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+
+use crate::error::Result;
+use crate::limits::{HolderId, WorkId};
+
+#[cfg(feature = "testkit")]
+pub mod fault;
+pub mod memory;
+pub(crate) mod notify;
+pub(crate) mod record;
+pub mod register;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// The lease a renew, checkpoint, read or release names: the token's
+/// identity without its times.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRef<'a> {
+    /// The work ID.
+    pub work_id: &'a WorkId,
+    /// The holder that acquired the lease.
+    pub holder_id: &'a HolderId,
+    /// The fencing token of that acquisition.
+    pub fencing_token: u64,
+}
+
+/// How a previous holder's lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseEnd {
+    /// The holder released it: a clean hand-off.
+    Released,
+    /// Its TTL ran out without a renewal.
+    Expired,
+    /// An operator took it away (`worklease release --force`,
+    /// [`LeaseStore::revoke`]).
+    Revoked,
+}
+
+impl LeaseEnd {
+    /// `"released"`, `"expired"` or `"revoked"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseEnd::Released => "released",
+            LeaseEnd::Expired => "expired",
+            LeaseEnd::Revoked => "revoked",
+        }
+    }
+
+    pub(crate) fn from_str(s: &str) -> Option<Self> {
+        match s {
+            "released" => Some(LeaseEnd::Released),
+            "expired" => Some(LeaseEnd::Expired),
+            "revoked" => Some(LeaseEnd::Revoked),
+            _ => None,
+        }
+    }
+}
+
+/// Who held a lease before the current acquisition, and how it ended: more
+/// than the Go original's `cleanHandoff` flag, so a successor can tell a
+/// crash (expired) from an operator's intervention (revoked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousHolder {
+    /// The previous holder's ID.
+    pub holder_id: String,
+    /// The previous acquisition's fencing token.
+    pub fencing_token: u64,
+    /// How its lease ended.
+    pub ended: LeaseEnd,
+}
+
+/// What a successful acquisition learns about the hand-off it received.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Handoff {
+    /// The previous acquisition of this work ID; `None` on the first one.
+    pub previous: Option<PreviousHolder>,
+}
+
+impl Handoff {
+    /// True exactly when the previous holder released (SPEC S5).
+    pub fn is_clean(&self) -> bool {
+        matches!(&self.previous, Some(p) if p.ended == LeaseEnd::Released)
+    }
+}
+
+/// A store's answer to a successful acquisition.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    /// The new fencing token, larger than every earlier one of the work ID.
+    pub fencing_token: u64,
+    /// The expiry by this host's wall clock (informational).
+    pub expires_at: SystemTime,
+    /// Who held the lease before.
+    pub handoff: Handoff,
+}
+
+/// The checkpoint of a work ID as its current holder reads it (Go:
+/// `ReadCheckpoint`'s `(state, cleanHandoff)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The last acknowledged checkpoint; `None` when none was ever written.
+    pub data: Option<Bytes>,
+    /// How this holder's acquisition followed the previous one.
+    pub handoff: Handoff,
+}
+
+impl Checkpoint {
+    /// True exactly when the previous holder released (SPEC S5).
+    pub fn clean_handoff(&self) -> bool {
+        self.handoff.is_clean()
+    }
+}
+
+/// One lease as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// The work ID.
+    pub work_id: WorkId,
+    /// The last holder.
+    pub holder_id: String,
+    /// The last acquisition's fencing token.
+    pub fencing_token: u64,
+    /// The expiry by this host's wall clock (informational; for a released
+    /// lease, the moment of release).
+    pub expires_at: SystemTime,
+    /// Time left by the store's clock; `None` once expired or released, and
+    /// for a register store, which cannot tell.
+    pub expires_in: Option<Duration>,
+    /// The lease is no longer live (expired, released or revoked).
+    pub expired: bool,
+    /// The holder released it.
+    pub released: bool,
+    /// Size of the stored checkpoint, in bytes (0 when there is none).
+    pub checkpoint_bytes: usize,
+    /// How the last acquisition followed the one before it.
+    pub handoff: Handoff,
+}
+
+/// A store with its own clock and atomic operations.
+///
+/// Each method is one atomic step of the store (one round trip where the
+/// store allows it), decided by the store's own clock. The errors each
+/// method returns are part of the contract:
+///
+/// * `Error::Held` from `acquire` when another acquisition is live;
+/// * `Error::Fenced` when the named acquisition is not the current one
+///   (taken over, revoked, or never made);
+/// * `Error::Expired` when it is current but expired or released;
+/// * `Error::Store` for failures of the store itself.
+///
+/// A failed call changes nothing.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// A short name of the store kind (`"memory"`, `"sqlite"`, ...), used in
+    /// errors, logs and metrics.
+    fn kind(&self) -> &'static str;
+
+    /// Acquires `work_id` for `holder_id` for `ttl` if no live lease exists
+    /// (a live lease of the same holder ID counts as held too: see
+    /// `docs/adr/0002-same-holder-is-held.md`). The fencing token is larger
+    /// than every earlier one of the work ID; the checkpoint is kept.
+    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant>;
+
+    /// Extends the lease to `ttl` from now (store clock). Returns the new
+    /// wall-clock expiry estimate.
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime>;
+
+    /// Stores `data` as the checkpoint and extends the lease to `ttl` from
+    /// now, in one atomic step ("I am alive, and here is where I am").
+    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime>;
+
+    /// Reads the checkpoint and the hand-off facts for the current lease.
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint>;
+
+    /// Ends the lease at once and marks the hand-off clean; the checkpoint is
+    /// kept.
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()>;
+
+    /// The leases of `work_ids`, or of every work ID the store knows when
+    /// `work_ids` is empty; unknown work IDs are left out.
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>>;
+
+    /// An operator's forced release: ends the current lease at once, whoever
+    /// holds it (its holder's next renew fails with `Fenced`); the next
+    /// acquisition sees [`LeaseEnd::Revoked`]. Returns the lease as it was,
+    /// or `None` for an unknown work ID.
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>>;
+
+    /// A future that completes when the lease of `work_id` may have become
+    /// free (released or revoked), from the store's own notifications; it
+    /// must observe changes made after this call returns, even before the
+    /// future is first polled. `None` where the store has no notifications:
+    /// waiters then poll. Spurious wake-ups are allowed.
+    fn watch(&self, _work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+}

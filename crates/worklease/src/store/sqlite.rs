@@ -1,0 +1,535 @@
+//! The embedded SQLite store: one file shared by many processes on one host.
+//!
+//! * **Atomicity.** Every operation is one `BEGIN IMMEDIATE` transaction:
+//!   read the row, decide with the shared lease rules, write, commit. WAL
+//!   mode lets readers (`status`) run beside a writer; a busy timeout
+//!   (default 5 s) queues writers of other processes.
+//! * **Clock.** Expiry is judged by the host's boot-time clock
+//!   (`CLOCK_BOOTTIME`: monotonic, and it counts time spent suspended),
+//!   stored with the boot ID (`/proc/sys/kernel/random/boot_id`). A
+//!   wall-clock step changes nothing; a reboot expires every lease, since a
+//!   row from another boot is expired. See [`StoreClock`].
+//! * **Fencing.** Tokens come from one sequence in the file, shared by all
+//!   work IDs, committed with the acquisition (`synchronous = FULL`, so a
+//!   power loss cannot roll back a token that was handed out). They survive
+//!   process restarts and the deletion of a lease row.
+//! * **Notifications.** Waiters in the process that released are woken at
+//!   once; waiters in other processes poll (SQLite has no cross-process
+//!   notification).
+//!
+//! Not supported: more than one host (SQLite's locking over network file
+//! systems is unreliable: use PostgreSQL, Redis or etcd), and platforms
+//! without `CLOCK_BOOTTIME` and a boot ID (Linux and Android have both).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::error::{Result, StoreError};
+use crate::limits::{HolderId, WorkId};
+use crate::store::notify::Watchers;
+use crate::store::record::{self, Phase, Record};
+use crate::store::{Checkpoint, Grant, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
+
+const KIND: &str = "sqlite";
+
+/// The schema version this code writes (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// A reading of a store clock: milliseconds since an epoch, and the epoch's
+/// identity. Readings of different epochs cannot be compared: a lease
+/// stamped in another epoch counts as expired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockReading {
+    /// Identifies the epoch (for [`BootClock`], the boot ID).
+    pub epoch: String,
+    /// Milliseconds since the epoch began.
+    pub millis: u64,
+}
+
+/// The clock a [`SqliteStore`] judges expiry by. It must be monotonic within
+/// an epoch and shared by every process using the file.
+pub trait StoreClock: Send + Sync + 'static {
+    /// The current reading.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the clock cannot be read.
+    fn now(&self) -> Result<ClockReading, StoreError>;
+}
+
+/// The host's boot-time clock (`CLOCK_BOOTTIME`) with the boot ID as epoch:
+/// the default. Monotonic, counts suspend, immune to wall-clock steps, and
+/// shared by every process of the host.
+#[derive(Debug, Clone)]
+pub struct BootClock {
+    boot_id: String,
+}
+
+impl BootClock {
+    /// Reads the boot ID.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when `/proc/sys/kernel/random/boot_id` cannot be
+    /// read (not Linux, or `/proc` not mounted).
+    pub fn new() -> Result<Self, StoreError> {
+        let path = "/proc/sys/kernel/random/boot_id";
+        let boot_id = std::fs::read_to_string(path)
+            .map_err(|e| StoreError::with_source(KIND, format!("cannot read the boot ID from {path}"), e))?;
+        Ok(Self {
+            boot_id: boot_id.trim().to_string(),
+        })
+    }
+}
+
+impl StoreClock for BootClock {
+    fn now(&self) -> Result<ClockReading, StoreError> {
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+            .map_err(|e| StoreError::with_source(KIND, "cannot read CLOCK_BOOTTIME", e))?;
+        Ok(ClockReading {
+            epoch: self.boot_id.clone(),
+            millis: ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000,
+        })
+    }
+}
+
+/// A clock on tokio's [`tokio::time::Instant`], for tests with a paused
+/// clock in ONE process (its epoch is random per instance, so another
+/// process sees every lease it stamps as expired).
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    base: tokio::time::Instant,
+    epoch: String,
+}
+
+impl TokioClock {
+    /// A clock starting at zero now.
+    pub fn new() -> Self {
+        Self {
+            base: tokio::time::Instant::now(),
+            epoch: format!("tokio-{:016x}", rand::random::<u64>()),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StoreClock for TokioClock {
+    fn now(&self) -> Result<ClockReading, StoreError> {
+        Ok(ClockReading {
+            epoch: self.epoch.clone(),
+            millis: self.base.elapsed().as_millis() as u64,
+        })
+    }
+}
+
+/// The embedded SQLite store. See the module docs for its guarantees and
+/// what it does not support.
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    clock: Arc<dyn StoreClock>,
+    path: PathBuf,
+    watchers: Watchers,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish()
+    }
+}
+
+fn db_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |e| StoreError::with_source(KIND, context.to_string(), e)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file at `path` with the
+    /// [`BootClock`]. The parent directory must exist.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the file cannot be opened or created, its schema
+    /// is newer than this code's [`SCHEMA_VERSION`], or the clock cannot be
+    /// read.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_clock(path, Arc::new(BootClock::new()?))
+    }
+
+    /// Opens the store file at `path`, judging expiry by `clock`.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn StoreClock>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(db_err("cannot open the database file"))?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(db_err("cannot set the busy timeout"))?;
+        // journal_mode returns a row; WAL is persistent in the file.
+        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
+            .map_err(db_err("cannot switch to WAL mode"))?;
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(db_err("cannot set pragmas"))?;
+        migrate(&mut conn)?;
+        clock.now()?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            clock,
+            path,
+            watchers: Watchers::default(),
+        })
+    }
+
+    /// The file this store uses.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one IMMEDIATE transaction on a blocking thread, with the
+    /// clock read after the write lock was taken.
+    async fn tx<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        let clock = self.clock.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn
+                .lock()
+                .map_err(|_| StoreError::new(KIND, "connection lock poisoned by an earlier panic"))?;
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(db_err("cannot begin a transaction"))?;
+            let now = clock.now()?;
+            let out = f(&tx, &now)?;
+            tx.commit().map_err(db_err("cannot commit"))?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| StoreError::with_source(KIND, "store task failed", e))?
+    }
+
+    /// Runs `f` on the current, live row of `lease` and writes the row back
+    /// when `write` is set.
+    async fn update_current<T: Send + 'static>(
+        &self,
+        lease: LeaseRef<'_>,
+        write: bool,
+        f: impl FnOnce(&mut Row, &ClockReading) -> T + Send + 'static,
+    ) -> Result<T> {
+        let work_id = lease.work_id.clone();
+        let holder_id = lease.holder_id.clone();
+        let fencing_token = lease.fencing_token;
+        self.tx(move |tx, now| {
+            let lease = LeaseRef {
+                work_id: &work_id,
+                holder_id: &holder_id,
+                fencing_token,
+            };
+            let Some(mut row) = load(tx, &work_id)? else {
+                return Err(record::fenced(lease));
+            };
+            record::check_current(Some(&row.record), lease, row.unexpired(now))?;
+            let out = f(&mut row, now);
+            if write {
+                save(tx, &work_id, &row)?;
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn migrate(conn: &mut Connection) -> Result<()> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(db_err("cannot begin the schema transaction"))?;
+    let version: i64 = tx
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db_err("cannot read the schema version"))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::new(
+            KIND,
+            format!("the database has schema version {version}; this worklease knows up to {SCHEMA_VERSION}: upgrade worklease"),
+        )
+        .into());
+    }
+    if version < 1 {
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS worklease_sequence (
+                 name  TEXT PRIMARY KEY,
+                 value INTEGER NOT NULL
+             );
+             INSERT OR IGNORE INTO worklease_sequence (name, value) VALUES ('fencing_token', 0);
+             CREATE TABLE IF NOT EXISTS worklease_leases (
+                 work_id            TEXT PRIMARY KEY,
+                 holder_id          TEXT NOT NULL,
+                 fencing_token      INTEGER NOT NULL,
+                 ttl_ms             INTEGER NOT NULL,
+                 phase              TEXT NOT NULL,
+                 clock_epoch        TEXT NOT NULL,
+                 expires_clock_ms   INTEGER NOT NULL,
+                 expires_at_unix_ms INTEGER NOT NULL,
+                 checkpoint         BLOB,
+                 prev_holder_id     TEXT,
+                 prev_fencing_token INTEGER,
+                 prev_end           TEXT
+             );
+             PRAGMA user_version = 1;",
+        )
+        .map_err(db_err("cannot create the schema"))?;
+    }
+    tx.commit().map_err(db_err("cannot commit the schema"))?;
+    Ok(())
+}
+
+/// A lease row: the shared record plus its expiry on the store clock.
+struct Row {
+    record: Record,
+    clock_epoch: String,
+    expires_clock_ms: u64,
+    expires_at_unix_ms: u64,
+}
+
+impl Row {
+    fn unexpired(&self, now: &ClockReading) -> bool {
+        self.clock_epoch == now.epoch && self.expires_clock_ms > now.millis
+    }
+
+    fn remaining(&self, now: &ClockReading) -> Option<Duration> {
+        self.unexpired(now)
+            .then(|| Duration::from_millis(self.expires_clock_ms - now.millis))
+    }
+
+    fn extend(&mut self, now: &ClockReading, ttl: Duration) -> SystemTime {
+        self.record.ttl_ms = ttl.as_millis() as u64;
+        self.clock_epoch = now.epoch.clone();
+        self.expires_clock_ms = now.millis + self.record.ttl_ms;
+        let wall = SystemTime::now() + ttl;
+        self.expires_at_unix_ms = crate::token::unix_millis(wall);
+        wall
+    }
+
+    fn end_now(&mut self, now: &ClockReading, phase: Phase) {
+        self.record.phase = phase;
+        self.expires_clock_ms = now.millis;
+        self.expires_at_unix_ms = crate::token::unix_millis(SystemTime::now());
+    }
+
+    fn info(&self, work_id: WorkId, now: &ClockReading) -> LeaseInfo {
+        let live = self.record.is_live(self.unexpired(now));
+        LeaseInfo {
+            work_id,
+            holder_id: self.record.holder_id.clone(),
+            fencing_token: self.record.fencing_token,
+            expires_at: match self.remaining(now) {
+                Some(left) => SystemTime::now() + left,
+                None => SystemTime::UNIX_EPOCH + Duration::from_millis(self.expires_at_unix_ms),
+            },
+            expires_in: if live { self.remaining(now) } else { None },
+            expired: !live,
+            released: self.record.phase == Phase::Released,
+            checkpoint_bytes: self.record.checkpoint.as_ref().map_or(0, Bytes::len),
+            handoff: self.record.handoff(),
+        }
+    }
+}
+
+const COLUMNS: &str = "holder_id, fencing_token, ttl_ms, phase, clock_epoch, expires_clock_ms, \
+     expires_at_unix_ms, checkpoint, prev_holder_id, prev_fencing_token, prev_end";
+
+fn corrupt(what: &str) -> rusqlite::Error {
+    rusqlite::Error::InvalidColumnType(0, what.to_string(), rusqlite::types::Type::Text)
+}
+
+fn row_from(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
+    let phase: String = r.get(at + 3)?;
+    let prev_holder: Option<String> = r.get(at + 8)?;
+    let prev_token: Option<i64> = r.get(at + 9)?;
+    let prev_end: Option<String> = r.get(at + 10)?;
+    let previous = match (prev_holder, prev_token, prev_end) {
+        (Some(holder_id), Some(t), Some(end)) => Some(PreviousHolder {
+            holder_id,
+            fencing_token: t as u64,
+            ended: LeaseEnd::from_str(&end).ok_or_else(|| corrupt("prev_end"))?,
+        }),
+        _ => None,
+    };
+    let checkpoint: Option<Vec<u8>> = r.get(at + 7)?;
+    Ok(Row {
+        record: Record {
+            holder_id: r.get(at)?,
+            fencing_token: r.get::<_, i64>(at + 1)? as u64,
+            ttl_ms: r.get::<_, i64>(at + 2)? as u64,
+            phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase"))?,
+            checkpoint: checkpoint.map(Bytes::from),
+            previous,
+        },
+        clock_epoch: r.get(at + 4)?,
+        expires_clock_ms: r.get::<_, i64>(at + 5)? as u64,
+        expires_at_unix_ms: r.get::<_, i64>(at + 6)? as u64,
+    })
+}
+
+fn load(tx: &rusqlite::Transaction<'_>, work_id: &WorkId) -> Result<Option<Row>> {
+    Ok(tx
+        .query_row(
+            &format!("SELECT {COLUMNS} FROM worklease_leases WHERE work_id = ?1"),
+            params![work_id.as_str()],
+            |r| row_from(r, 0),
+        )
+        .optional()
+        .map_err(db_err("cannot read the lease"))?)
+}
+
+fn save(tx: &rusqlite::Transaction<'_>, work_id: &WorkId, row: &Row) -> Result<()> {
+    let r = &row.record;
+    let prev = r.previous.as_ref();
+    tx.execute(
+        &format!(
+            "INSERT OR REPLACE INTO worklease_leases (work_id, {COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        ),
+        params![
+            work_id.as_str(),
+            r.holder_id,
+            r.fencing_token as i64,
+            r.ttl_ms as i64,
+            r.phase.as_str(),
+            row.clock_epoch,
+            row.expires_clock_ms as i64,
+            row.expires_at_unix_ms as i64,
+            r.checkpoint.as_deref(),
+            prev.map(|p| p.holder_id.as_str()),
+            prev.map(|p| p.fencing_token as i64),
+            prev.map(|p| p.ended.as_str()),
+        ],
+    )
+    .map_err(db_err("cannot write the lease"))?;
+    Ok(())
+}
+
+#[async_trait]
+impl LeaseStore for SqliteStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+        let (work_id, holder_id) = (work_id.clone(), holder_id.clone());
+        self.tx(move |tx, now| {
+            let current = load(tx, &work_id)?;
+            let last: i64 = tx
+                .query_row(
+                    "SELECT value FROM worklease_sequence WHERE name = 'fencing_token'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(db_err("cannot read the fencing sequence"))?;
+            // max() guards against a sequence row edited by hand.
+            let next = (last as u64).max(current.as_ref().map_or(0, |r| r.record.fencing_token)) + 1;
+            let record = record::acquire(
+                current.as_ref().map(|r| &r.record),
+                current.as_ref().is_some_and(|r| r.unexpired(now)),
+                &work_id,
+                &holder_id,
+                ttl.as_millis() as u64,
+                next,
+                current.as_ref().and_then(|r| r.remaining(now)),
+            )?;
+            tx.execute(
+                "UPDATE worklease_sequence SET value = ?1 WHERE name = 'fencing_token'",
+                params![next as i64],
+            )
+            .map_err(db_err("cannot advance the fencing sequence"))?;
+            let mut row = Row {
+                record,
+                clock_epoch: String::new(),
+                expires_clock_ms: 0,
+                expires_at_unix_ms: 0,
+            };
+            let expires_at = row.extend(now, ttl);
+            save(tx, &work_id, &row)?;
+            Ok(Grant {
+                fencing_token: next,
+                expires_at,
+                handoff: row.record.handoff(),
+            })
+        })
+        .await
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        self.update_current(lease, true, move |row, now| row.extend(now, ttl)).await
+    }
+
+    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime> {
+        self.update_current(lease, true, move |row, now| {
+            row.record.checkpoint = Some(data);
+            row.extend(now, ttl)
+        })
+        .await
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
+        self.update_current(lease, false, |row, _| record::read(&row.record)).await
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
+        self.update_current(lease, true, |row, now| row.end_now(now, Phase::Released))
+            .await?;
+        self.watchers.notify(lease.work_id);
+        Ok(())
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
+        let work_ids = work_ids.to_vec();
+        self.tx(move |tx, now| {
+            let mut stmt = tx
+                .prepare(&format!("SELECT work_id, {COLUMNS} FROM worklease_leases ORDER BY work_id"))
+                .map_err(db_err("cannot list leases"))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, row_from(r, 1)?)))
+                .map_err(db_err("cannot list leases"))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, row) = row.map_err(db_err("cannot read a lease row"))?;
+                let id = WorkId::new(id).map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
+                if work_ids.is_empty() || work_ids.contains(&id) {
+                    out.push(row.info(id, now));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
+        let id = work_id.clone();
+        let before = self
+            .tx(move |tx, now| {
+                let Some(mut row) = load(tx, &id)? else {
+                    return Ok(None);
+                };
+                let before = row.info(id.clone(), now);
+                if row.record.is_live(row.unexpired(now)) {
+                    row.end_now(now, Phase::Revoked);
+                    save(tx, &id, &row)?;
+                }
+                Ok(Some(before))
+            })
+            .await?;
+        self.watchers.notify(work_id);
+        Ok(before)
+    }
+
+    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
+        self.watchers.watch(work_id)
+    }
+}
