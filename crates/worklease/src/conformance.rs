@@ -70,7 +70,12 @@ impl Suite {
 
     async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {
         let id = WorkId::new(work_id).expect("valid work ID");
-        self.store.inspect(&[id]).await.expect("inspect").into_iter().next()
+        self.store
+            .inspect(&[id])
+            .await
+            .expect("inspect")
+            .into_iter()
+            .next()
     }
 }
 
@@ -90,7 +95,9 @@ fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
 fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
     match r {
         Err(Error::Expired { .. }) => {}
-        other => panic!("S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"),
+        other => panic!(
+            "S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"
+        ),
     }
 }
 
@@ -99,20 +106,41 @@ fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
 /// nothing is written.
 pub async fn bad_input(s: &Suite) {
     let e = Leases::new(s.store.clone(), Config::new("h", Duration::ZERO)).unwrap_err();
-    assert!(matches!(e, Error::Invalid(InvalidInput::ZeroTtl { .. })), "{e}");
-    assert!(e.to_string().contains("1ms"), "zero TTL error must name the limit: {e}");
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::ZeroTtl { .. })),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("1ms"),
+        "zero TTL error must name the limit: {e}"
+    );
     let e = Leases::new(s.store.clone(), Config::new("", s.ttl)).unwrap_err();
-    assert!(matches!(e, Error::Invalid(InvalidInput::EmptyHolderId { .. })), "{e}");
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::EmptyHolderId { .. })),
+        "{e}"
+    );
 
     let a = s.holder("bad-input-a");
     let before = s.store.inspect(&[]).await.expect("inspect").len();
     let e = a.acquire("", fast()).await.unwrap_err();
-    assert!(matches!(e, Error::Invalid(InvalidInput::EmptyWorkId { .. })), "{e}");
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::EmptyWorkId { .. })),
+        "{e}"
+    );
     let long = format!("{}/{}", s.prefix, "x".repeat(MAX_WORK_ID_BYTES));
     let e = a.acquire(&long, fast()).await.unwrap_err();
-    assert!(e.to_string().contains(&MAX_WORK_ID_BYTES.to_string()), "must name the limit: {e}");
-    let e = a.acquire(&format!("{}/a\0b", s.prefix), fast()).await.unwrap_err();
-    assert!(matches!(e, Error::Invalid(InvalidInput::ControlCharacter { .. })), "{e}");
+    assert!(
+        e.to_string().contains(&MAX_WORK_ID_BYTES.to_string()),
+        "must name the limit: {e}"
+    );
+    let e = a
+        .acquire(&format!("{}/a\0b", s.prefix), fast())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::ControlCharacter { .. })),
+        "{e}"
+    );
     assert_eq!(
         s.store.inspect(&[]).await.expect("inspect").len(),
         before,
@@ -124,12 +152,25 @@ pub async fn bad_input(s: &Suite) {
     let t = a.checkpoint(&t, &b"kept"[..]).await.expect("checkpoint");
     let huge = Bytes::from(vec![7u8; MAX_CHECKPOINT_BYTES + 1]);
     let e = a.checkpoint(&t, huge).await.unwrap_err();
-    assert!(matches!(e, Error::Invalid(InvalidInput::CheckpointTooLarge { .. })), "{e}");
-    assert!(e.to_string().contains(&MAX_CHECKPOINT_BYTES.to_string()), "must name the limit: {e}");
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::CheckpointTooLarge { .. })),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains(&MAX_CHECKPOINT_BYTES.to_string()),
+        "must name the limit: {e}"
+    );
     let c = a.read_checkpoint(&t).await.expect("read");
-    assert_eq!(c.data.as_deref(), Some(&b"kept"[..]), "a rejected checkpoint must write nothing");
+    assert_eq!(
+        c.data.as_deref(),
+        Some(&b"kept"[..]),
+        "a rejected checkpoint must write nothing"
+    );
     let ok = Bytes::from(vec![1u8; MAX_CHECKPOINT_BYTES]);
-    let t = a.checkpoint(&t, ok.clone()).await.expect("a checkpoint at the limit is accepted");
+    let t = a
+        .checkpoint(&t, ok.clone())
+        .await
+        .expect("a checkpoint at the limit is accepted");
     assert_eq!(a.read_checkpoint(&t).await.expect("read").data, Some(ok));
     a.release(t).await.expect("release");
 }
@@ -141,7 +182,9 @@ pub async fn mutual_exclusion(s: &Suite) {
     let id = s.work_id("mutex");
     let t = a.acquire(&id, fast()).await.expect("first acquire");
     match b.acquire(&id, fast()).await {
-        Err(Error::Held { holder_id, .. }) => assert_eq!(holder_id, "mutex-a", "Held must name the holder"),
+        Err(Error::Held { holder_id, .. }) => {
+            assert_eq!(holder_id, "mutex-a", "Held must name the holder")
+        }
         other => panic!("S1: a live lease must be Held for another holder, got {other:?}"),
     }
     assert!(
@@ -149,9 +192,15 @@ pub async fn mutual_exclusion(s: &Suite) {
         "S1: a live lease is Held for its own holder ID too"
     );
     let info = s.info(&id).await.expect("inspect shows the lease");
-    assert!(!info.expired && !info.released && info.holder_id == "mutex-a", "{info:?}");
+    assert!(
+        !info.expired && !info.released && info.holder_id == "mutex-a",
+        "{info:?}"
+    );
     a.release(t).await.expect("release");
-    let t = b.acquire(&id, fast()).await.expect("S1/L1: acquire after release");
+    let t = b
+        .acquire(&id, fast())
+        .await
+        .expect("S1/L1: acquire after release");
     b.release(t).await.expect("release");
 }
 
@@ -165,12 +214,19 @@ pub async fn fencing_tokens_increase(s: &Suite) {
     let t = a.acquire(&id, fast()).await.expect("acquire");
     seen.push(t.fencing_token());
     a.release(t).await.expect("release");
-    let t = a.acquire(&id, fast()).await.expect("re-acquire by the same holder");
+    let t = a
+        .acquire(&id, fast())
+        .await
+        .expect("re-acquire by the same holder");
     seen.push(t.fencing_token());
     s.outlive().await; // expires
     let t = b.acquire(&id, fast()).await.expect("acquire after expiry");
     seen.push(t.fencing_token());
-    s.store.revoke(&wid).await.expect("revoke").expect("the lease exists");
+    s.store
+        .revoke(&wid)
+        .await
+        .expect("revoke")
+        .expect("the lease exists");
     let t = a.acquire(&id, fast()).await.expect("acquire after revoke");
     seen.push(t.fencing_token());
     a.release(t).await.expect("release");
@@ -189,19 +245,42 @@ pub async fn stale_writers_lose(s: &Suite) {
     let ta = a.acquire(&id, fast()).await.expect("acquire");
     let ta = a.checkpoint(&ta, &b"a1"[..]).await.expect("checkpoint");
     s.outlive().await; // A is paused past its TTL
-    assert_eq!(ta.remaining(), Some(Duration::ZERO), "A's own deadline has passed");
-    let tb = b.acquire(&id, fast()).await.expect("contender takes the expired lease");
-    assert!(tb.fencing_token() > ta.fencing_token(), "S2: the contender's token is larger");
+    assert_eq!(
+        ta.remaining(),
+        Some(Duration::ZERO),
+        "A's own deadline has passed"
+    );
+    let tb = b
+        .acquire(&id, fast())
+        .await
+        .expect("contender takes the expired lease");
+    assert!(
+        tb.fencing_token() > ta.fencing_token(),
+        "S2: the contender's token is larger"
+    );
     let tb = b.checkpoint(&tb, &b"b1"[..]).await.expect("checkpoint");
     assert_fenced(a.renew(&ta).await, "renew");
     assert_fenced(a.checkpoint(&ta, &b"a2"[..]).await, "checkpoint");
     assert_fenced(a.read_checkpoint(&ta).await, "read_checkpoint");
     assert_fenced(a.release(ta.clone()).await, "release");
-    let c = b.read_checkpoint(&tb).await.expect("the new holder is untouched");
-    assert_eq!(c.data.as_deref(), Some(&b"b1"[..]), "S3: a stale checkpoint changed nothing");
-    let tb = b.renew(&tb).await.expect("S3: a stale release left the new holder's lease live");
+    let c = b
+        .read_checkpoint(&tb)
+        .await
+        .expect("the new holder is untouched");
+    assert_eq!(
+        c.data.as_deref(),
+        Some(&b"b1"[..]),
+        "S3: a stale checkpoint changed nothing"
+    );
+    let tb = b
+        .renew(&tb)
+        .await
+        .expect("S3: a stale release left the new holder's lease live");
     let info = s.info(&id).await.expect("inspect");
-    assert_eq!((info.holder_id.as_str(), info.fencing_token, info.expired), ("stale-b", tb.fencing_token(), false));
+    assert_eq!(
+        (info.holder_id.as_str(), info.fencing_token, info.expired),
+        ("stale-b", tb.fencing_token(), false)
+    );
     b.release(tb).await.expect("release");
 
     // Expired, not taken: Expired, and still nothing changes.
@@ -213,8 +292,14 @@ pub async fn stale_writers_lose(s: &Suite) {
     assert_expired(a.release(t.clone()).await, "release");
     let t2 = b.acquire(&id2, fast()).await.expect("acquire after expiry");
     let c = b.read_checkpoint(&t2).await.expect("read");
-    assert_eq!(c.data, None, "S3: an expired token's checkpoint was not written");
-    assert!(!c.clean_handoff(), "S5: an expired lease is no clean hand-off");
+    assert_eq!(
+        c.data, None,
+        "S3: an expired token's checkpoint was not written"
+    );
+    assert!(
+        !c.clean_handoff(),
+        "S5: an expired lease is no clean hand-off"
+    );
     // A token that was never issued is fenced.
     let forged: Token = format!(
         "wl1;work={};holder=stale-a;fencing_token={};expires_at_ms=0;ttl_ms=1000",
@@ -234,26 +319,44 @@ pub async fn checkpoints_survive(s: &Suite) {
     let id = s.work_id("ckpt");
     let t = a.acquire(&id, fast()).await.expect("acquire");
     let first = a.read_checkpoint(&t).await.expect("read");
-    assert_eq!(first.data, None, "the first acquisition reads no checkpoint, and no error");
+    assert_eq!(
+        first.data, None,
+        "the first acquisition reads no checkpoint, and no error"
+    );
     assert!(!first.clean_handoff() && first.handoff.previous.is_none());
     let binary = Bytes::from_static(&[0, 255, 1, 254, b'\n', 0]);
     a.checkpoint(&t, binary.clone()).await.expect("checkpoint");
     s.outlive().await; // A crashes
     let t = b.acquire(&id, fast()).await.expect("acquire");
     let got = b.read_checkpoint(&t).await.expect("read");
-    assert_eq!(got.data, Some(binary), "S4: the acknowledged checkpoint survives an expiry");
+    assert_eq!(
+        got.data,
+        Some(binary),
+        "S4: the acknowledged checkpoint survives an expiry"
+    );
     let prev = got.handoff.previous.clone().expect("a previous holder");
-    assert_eq!((prev.holder_id.as_str(), prev.ended), ("ckpt-a", LeaseEnd::Expired));
+    assert_eq!(
+        (prev.holder_id.as_str(), prev.ended),
+        ("ckpt-a", LeaseEnd::Expired)
+    );
     let t = b.checkpoint(&t, &b"b-done"[..]).await.expect("checkpoint");
     b.release(t).await.expect("release");
     let t = c.acquire(&id, fast()).await.expect("acquire");
     let got = c.read_checkpoint(&t).await.expect("read");
-    assert_eq!(got.data.as_deref(), Some(&b"b-done"[..]), "S4: survives a release");
+    assert_eq!(
+        got.data.as_deref(),
+        Some(&b"b-done"[..]),
+        "S4: survives a release"
+    );
     let wid = WorkId::new(id.clone()).expect("valid");
     s.store.revoke(&wid).await.expect("revoke");
     let t = a.acquire(&id, fast()).await.expect("acquire");
     let got = a.read_checkpoint(&t).await.expect("read");
-    assert_eq!(got.data.as_deref(), Some(&b"b-done"[..]), "S4: survives a revocation");
+    assert_eq!(
+        got.data.as_deref(),
+        Some(&b"b-done"[..]),
+        "S4: survives a revocation"
+    );
     assert_eq!(s.info(&id).await.expect("inspect").checkpoint_bytes, 6);
     a.release(t).await.expect("release");
 }
@@ -268,17 +371,35 @@ pub async fn handoff_flag(s: &Suite) {
     a.release(ta).await.expect("release");
     let tb = b.acquire(&id, fast()).await.expect("acquire");
     let c = b.read_checkpoint(&tb).await.expect("read");
-    assert!(c.clean_handoff(), "S5: after a release the hand-off is clean");
+    assert!(
+        c.clean_handoff(),
+        "S5: after a release the hand-off is clean"
+    );
     let prev = c.handoff.previous.expect("previous holder");
-    assert_eq!((prev.holder_id.as_str(), prev.fencing_token, prev.ended), ("handoff-a", fence_a, LeaseEnd::Released));
+    assert_eq!(
+        (prev.holder_id.as_str(), prev.fencing_token, prev.ended),
+        ("handoff-a", fence_a, LeaseEnd::Released)
+    );
     let wid = WorkId::new(id.clone()).expect("valid");
     s.store.revoke(&wid).await.expect("revoke");
     let ta = a.acquire(&id, fast()).await.expect("acquire");
     let c = a.read_checkpoint(&ta).await.expect("read");
-    assert!(!c.clean_handoff(), "S5: a revoked lease is no clean hand-off");
-    assert_eq!(c.handoff.previous.expect("previous").ended, LeaseEnd::Revoked);
+    assert!(
+        !c.clean_handoff(),
+        "S5: a revoked lease is no clean hand-off"
+    );
+    assert_eq!(
+        c.handoff.previous.expect("previous").ended,
+        LeaseEnd::Revoked
+    );
     assert_fenced(b.renew(&tb).await, "renew after revocation");
-    assert!(s.info(&id).await.expect("inspect").handoff.previous.is_some());
+    assert!(s
+        .info(&id)
+        .await
+        .expect("inspect")
+        .handoff
+        .previous
+        .is_some());
     a.release(ta).await.expect("release");
 }
 
@@ -293,7 +414,9 @@ pub async fn liveness(s: &Suite) {
     let waiter = {
         let (b, id) = (b.clone(), id.clone());
         tokio::spawn(async move {
-            let t = b.acquire(&id, fast().wait_for_lease().poll_interval(poll)).await;
+            let t = b
+                .acquire(&id, fast().wait_for_lease().poll_interval(poll))
+                .await;
             (t, Instant::now())
         })
     };
@@ -303,20 +426,34 @@ pub async fn liveness(s: &Suite) {
     let (t, got) = waiter.await.expect("waiter task");
     let t = t.expect("the waiter gets the released lease");
     let bound = poll + poll / 5;
-    assert!(got - released <= bound, "L1: a released lease reached its waiter after {:?} (> {bound:?})", got - released);
-    let t2 = b.acquire(&s.work_id("live-2"), fast()).await.expect("acquire");
+    assert!(
+        got - released <= bound,
+        "L1: a released lease reached its waiter after {:?} (> {bound:?})",
+        got - released
+    );
+    let t2 = b
+        .acquire(&s.work_id("live-2"), fast())
+        .await
+        .expect("acquire");
     b.release(t2.clone()).await.expect("release");
-    a.acquire(t2.work_id().as_str(), fast()).await.expect("L1: a released lease can be acquired at once");
+    a.acquire(t2.work_id().as_str(), fast())
+        .await
+        .expect("L1: a released lease can be acquired at once");
 
     // Expired: the holder vanishes; a waiter gets the lease within TTL + poll.
     let t_started = Instant::now();
     b.release(t).await.expect("release");
     let id = s.work_id("live-expiry");
     let _abandoned = a.acquire(&id, fast()).await.expect("acquire");
-    b.acquire(&id, fast().wait_for_lease().poll_interval(poll)).await.expect("the waiter gets the expired lease");
+    b.acquire(&id, fast().wait_for_lease().poll_interval(poll))
+        .await
+        .expect("the waiter gets the expired lease");
     let waited = t_started.elapsed();
     let bound = s.ttl + poll + poll / 5;
-    assert!(waited <= bound, "L1: an expired lease reached its waiter after {waited:?} (> {bound:?})");
+    assert!(
+        waited <= bound,
+        "L1: an expired lease reached its waiter after {waited:?} (> {bound:?})"
+    );
 }
 
 /// A wait that is cancelled or times out returns a cancellation error, not
@@ -325,9 +462,17 @@ pub async fn waiting_can_be_cancelled(s: &Suite) {
     let (a, b) = (s.holder("cancel-a"), s.holder("cancel-b"));
     let id = s.work_id("cancel");
     let t = a.acquire(&id, fast()).await.expect("acquire");
-    let opts = fast().wait_for_lease().poll_interval(Duration::from_millis(100));
-    let e = b.acquire(&id, opts.clone().wait_timeout(Duration::from_millis(300))).await.unwrap_err();
-    assert!(matches!(e, Error::WaitTimedOut { .. }), "a timed-out wait is WaitTimedOut, got {e:?}");
+    let opts = fast()
+        .wait_for_lease()
+        .poll_interval(Duration::from_millis(100));
+    let e = b
+        .acquire(&id, opts.clone().wait_timeout(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::WaitTimedOut { .. }),
+        "a timed-out wait is WaitTimedOut, got {e:?}"
+    );
     let cancel = tokio_util::sync::CancellationToken::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
@@ -335,7 +480,10 @@ pub async fn waiting_can_be_cancelled(s: &Suite) {
         trigger.cancel();
     });
     let e = b.acquire(&id, opts.cancel_on(cancel)).await.unwrap_err();
-    assert!(matches!(e, Error::Cancelled { .. }), "a cancelled wait is Cancelled, got {e:?}");
+    assert!(
+        matches!(e, Error::Cancelled { .. }),
+        "a cancelled wait is Cancelled, got {e:?}"
+    );
     a.release(t).await.expect("release");
 }
 
@@ -351,14 +499,20 @@ pub async fn ttl_precision(s: &Suite) {
     let start = Instant::now();
     // The contender watches from the start (a register store counts a TTL
     // from its first sight of the lease).
-    assert!(matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })));
+    assert!(matches!(
+        b.acquire(&id, fast()).await,
+        Err(Error::Held { .. })
+    ));
     tokio::time::sleep_until(start + Duration::from_millis(1400)).await;
     assert!(
         matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })),
         "a 1500 ms lease must still be held at 1400 ms"
     );
     tokio::time::sleep_until(start + Duration::from_millis(1600)).await;
-    let t = b.acquire(&id, fast()).await.expect("a 1500 ms lease must be free at 1600 ms");
+    let t = b
+        .acquire(&id, fast())
+        .await
+        .expect("a 1500 ms lease must be free at 1600 ms");
     b.release(t).await.expect("release");
 }
 
@@ -378,8 +532,15 @@ pub async fn renewal_survives_transient_failure(s: &Suite) {
     tokio::time::sleep(s.ttl * 6 / 10).await;
     faulty.set_unreachable(false);
     tokio::time::sleep(s.ttl * 2).await;
-    assert!(renewal.lost_cause().is_none(), "a transient failure lost the lease: {:?}", renewal.lost_cause());
-    assert!(matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })), "S1: the lease is still held");
+    assert!(
+        renewal.lost_cause().is_none(),
+        "a transient failure lost the lease: {:?}",
+        renewal.lost_cause()
+    );
+    assert!(
+        matches!(b.acquire(&id, fast()).await, Err(Error::Held { .. })),
+        "S1: the lease is still held"
+    );
     let t = renewal.stop().await.expect("not lost");
     a.release(t).await.expect("release");
 }
@@ -397,10 +558,21 @@ pub async fn renewal_lost_when_unreachable(s: &Suite) {
     let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
     let cause = renewal.lost().await;
     let at = Instant::now();
-    assert!(matches!(cause, Error::WindowExhausted { .. }), "cause must be WindowExhausted, got {cause:?}");
-    assert!(at <= sent + s.ttl, "lost signal at {:?} after the acquire was sent, later than the TTL {:?}", at - sent, s.ttl);
+    assert!(
+        matches!(cause, Error::WindowExhausted { .. }),
+        "cause must be WindowExhausted, got {cause:?}"
+    );
+    assert!(
+        at <= sent + s.ttl,
+        "lost signal at {:?} after the acquire was sent, later than the TTL {:?}",
+        at - sent,
+        s.ttl
+    );
     assert!(renewal.lost_signal().is_cancelled());
-    assert!(renewal.stop().await.is_err(), "stop after a loss returns the cause");
+    assert!(
+        renewal.stop().await.is_err(),
+        "stop after a loss returns the cause"
+    );
 }
 
 /// A renewal that finds its lease revoked fires the lost signal with
@@ -411,9 +583,17 @@ pub async fn renewal_lost_when_fenced(s: &Suite) {
     let id = s.work_id("fenced");
     let t = a.acquire(&id, fast()).await.expect("acquire");
     let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
-    s.store.revoke(&WorkId::new(id).expect("valid")).await.expect("revoke");
-    let cause = tokio::time::timeout(s.ttl, renewal.lost()).await.expect("lost within a TTL");
-    assert!(matches!(cause, Error::Fenced { .. }), "cause must be Fenced, got {cause:?}");
+    s.store
+        .revoke(&WorkId::new(id).expect("valid"))
+        .await
+        .expect("revoke");
+    let cause = tokio::time::timeout(s.ttl, renewal.lost())
+        .await
+        .expect("lost within a TTL");
+    assert!(
+        matches!(cause, Error::Fenced { .. }),
+        "cause must be Fenced, got {cause:?}"
+    );
     let calls = faulty.calls();
     tokio::time::sleep(s.ttl).await;
     assert_eq!(faulty.calls(), calls, "Fenced is never retried");
@@ -443,9 +623,23 @@ impl History {
                 *deadline - now
             );
         }
-        let last = self.last_token.insert(id.clone(), t.fencing_token()).unwrap_or(0);
-        assert!(t.fencing_token() > last, "S2 violated on {id}: token {} after {last}", t.fencing_token());
-        self.beliefs.insert(id, (holder.to_string(), t.fencing_token(), t.deadline().expect("deadline")));
+        let last = self
+            .last_token
+            .insert(id.clone(), t.fencing_token())
+            .unwrap_or(0);
+        assert!(
+            t.fencing_token() > last,
+            "S2 violated on {id}: token {} after {last}",
+            t.fencing_token()
+        );
+        self.beliefs.insert(
+            id,
+            (
+                holder.to_string(),
+                t.fencing_token(),
+                t.deadline().expect("deadline"),
+            ),
+        );
         *self.grants.entry(t.work_id().to_string()).or_default() += 1;
     }
 
@@ -480,7 +674,12 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
     let history = Arc::new(Mutex::new(History::default()));
     let mut handles = Vec::new();
     for n in 0..tasks {
-        let (leases, ids, history, ttl) = (s.holder(&format!("stress-{n}")), ids.clone(), history.clone(), s.ttl);
+        let (leases, ids, history, ttl) = (
+            s.holder(&format!("stress-{n}")),
+            ids.clone(),
+            history.clone(),
+            s.ttl,
+        );
         handles.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64);
             for round in 0..rounds {
@@ -493,22 +692,41 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
                     }
                     Err(e) => panic!("acquire: {e}"),
                 };
-                history.lock().expect("history").granted(leases.holder_id().as_str(), &t);
-                let c = leases.read_checkpoint(&t).await.expect("read right after acquire");
+                history
+                    .lock()
+                    .expect("history")
+                    .granted(leases.holder_id().as_str(), &t);
+                let c = leases
+                    .read_checkpoint(&t)
+                    .await
+                    .expect("read right after acquire");
                 history.lock().expect("history").read(&t, &c.data);
                 let mut alive = true;
                 for op in 0..rng.gen_range(1..5) {
                     // Mostly well inside the window; sometimes a pause past it.
-                    let pause = if rng.gen_bool(0.1) { ttl.mul_f64(1.3) } else { ttl.mul_f64(rng.gen_range(0.0..0.5)) };
+                    let pause = if rng.gen_bool(0.1) {
+                        ttl.mul_f64(1.3)
+                    } else {
+                        ttl.mul_f64(rng.gen_range(0.0..0.5))
+                    };
                     tokio::time::sleep(pause).await;
                     let result = if rng.gen_bool(0.5) {
                         leases.renew(&t).await
                     } else {
                         let data = Bytes::from(format!("{}:{round}:{op}", leases.holder_id()));
-                        history.lock().expect("history").pending.entry(id.clone()).or_default().push(data.clone());
+                        history
+                            .lock()
+                            .expect("history")
+                            .pending
+                            .entry(id.clone())
+                            .or_default()
+                            .push(data.clone());
                         let r = leases.checkpoint(&t, data.clone()).await;
                         let mut h = history.lock().expect("history");
-                        h.pending.entry(id.clone()).or_default().retain(|d| *d != data);
+                        h.pending
+                            .entry(id.clone())
+                            .or_default()
+                            .retain(|d| *d != data);
                         if r.is_ok() {
                             h.acked.insert(id.clone(), Some(data));
                         }
@@ -519,7 +737,11 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
                             t = renewed;
                             history.lock().expect("history").beliefs.insert(
                                 id.clone(),
-                                (leases.holder_id().to_string(), t.fencing_token(), t.deadline().expect("deadline")),
+                                (
+                                    leases.holder_id().to_string(),
+                                    t.fencing_token(),
+                                    t.deadline().expect("deadline"),
+                                ),
                             );
                         }
                         Err(e) if e.is_lease_lost() => {
@@ -531,7 +753,13 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
                     }
                 }
                 if alive && rng.gen_bool(0.8) {
-                    history.lock().expect("history").lost(&t, &Error::Expired { work_id: id.clone(), fencing_token: 0 });
+                    history.lock().expect("history").lost(
+                        &t,
+                        &Error::Expired {
+                            work_id: id.clone(),
+                            fencing_token: 0,
+                        },
+                    );
                     match leases.release(t.clone()).await {
                         Ok(()) | Err(Error::Expired { .. } | Error::Fenced { .. }) => {}
                         Err(e) => panic!("release: {e}"),
@@ -542,14 +770,18 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
         }));
     }
     for h in handles {
-        h.await.expect("stress task panicked (see its message above)");
+        h.await
+            .expect("stress task panicked (see its message above)");
     }
     // The history checks only mean something if every work ID changed
     // hands several times.
     let h = history.lock().expect("history");
     for id in &ids {
         let n = h.grants.get(id).copied().unwrap_or(0);
-        assert!(n >= 3, "the stress made too little progress: {id} was granted {n} times");
+        assert!(
+            n >= 3,
+            "the stress made too little progress: {id} was granted {n} times"
+        );
     }
 }
 
@@ -560,10 +792,14 @@ use rand::SeedableRng;
 /// `$paused` chooses a paused tokio clock (stores whose clock follows
 /// tokio's) or real time (servers).
 ///
-/// ```ignore
+/// ```no_run
+/// // In a store's tests (here: tests/conformance.rs of this crate).
 /// worklease::conformance_tests!(memory, paused = true, async {
-///     worklease::conformance::Suite::new(std::sync::Arc::new(worklease::store::memory::MemoryStore::new()))
+///     worklease::conformance::Suite::new(std::sync::Arc::new(
+///         worklease::store::memory::MemoryStore::new(),
+///     ))
 /// });
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {

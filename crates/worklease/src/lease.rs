@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, InvalidInput, Result};
 use crate::limits::{check_checkpoint, check_ttl, HolderId, WorkId};
 use crate::observe::{
-    AcquireEvent, CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
-    ReleaseEvent, RenewEvent,
+    AcquireEvent, CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation,
+    ReadCheckpointEvent, ReleaseEvent, RenewEvent,
 };
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::store::{Checkpoint, LeaseRef, LeaseStore};
@@ -239,10 +239,18 @@ impl Leases {
         loop {
             // Subscribe before trying, so a release between our attempt and
             // our sleep still wakes us.
-            let watch = if options.wait { self.inner.store.watch(&work_id) } else { None };
+            let watch = if options.wait {
+                self.inner.store.watch(&work_id)
+            } else {
+                None
+            };
             attempts += 1;
             let sent = Instant::now();
-            let result = self.inner.store.acquire(&work_id, &self.inner.holder_id, self.inner.ttl).await;
+            let result = self
+                .inner
+                .store
+                .acquire(&work_id, &self.inner.holder_id, self.inner.ttl)
+                .await;
             let duration = sent.elapsed();
             let expires_in = match result {
                 Ok(grant) => {
@@ -326,7 +334,11 @@ impl Leases {
 
     fn fenced(&self, token: &Token, operation: Operation, error: &Error) {
         if matches!(error, Error::Fenced { .. }) {
-            self.inner.observer.on_fenced(&FencedEvent { token, operation, error });
+            self.inner.observer.on_fenced(&FencedEvent {
+                token,
+                operation,
+                error,
+            });
         }
     }
 
@@ -334,7 +346,11 @@ impl Leases {
     pub(crate) async fn renew_attempt(&self, token: &Token, attempt: u32) -> Result<Token> {
         self.check_token(token)?;
         let sent = Instant::now();
-        let result = self.inner.store.renew(lease_ref(token), self.inner.ttl).await;
+        let result = self
+            .inner
+            .store
+            .renew(lease_ref(token), self.inner.ttl)
+            .await;
         let duration = sent.elapsed();
         let error = result.as_ref().err();
         self.inner.observer.on_renew(&RenewEvent {
@@ -384,7 +400,11 @@ impl Leases {
         check_checkpoint(data.len())?;
         let size = data.len();
         let sent = Instant::now();
-        let result = self.inner.store.checkpoint(lease_ref(token), self.inner.ttl, data).await;
+        let result = self
+            .inner
+            .store
+            .checkpoint(lease_ref(token), self.inner.ttl, data)
+            .await;
         let duration = sent.elapsed();
         let error = result.as_ref().err();
         self.inner.observer.on_checkpoint(&CheckpointEvent {
@@ -416,13 +436,15 @@ impl Leases {
             Ok(c) => (c.data.as_ref().map_or(0, Bytes::len), c.clean_handoff()),
             Err(_) => (0, false),
         };
-        self.inner.observer.on_read_checkpoint(&ReadCheckpointEvent {
-            token,
-            size,
-            clean_handoff,
-            error: result.as_ref().err(),
-            duration,
-        });
+        self.inner
+            .observer
+            .on_read_checkpoint(&ReadCheckpointEvent {
+                token,
+                size,
+                clean_handoff,
+                error: result.as_ref().err(),
+                duration,
+            });
         result
     }
 

@@ -146,7 +146,10 @@ mod tests {
         assert!(e.contains("257") && e.contains("256"), "{e}");
         assert!(HolderId::new("a\nb").is_err());
         assert!(WorkId::new("jobs/a b:{ü}").is_ok());
-        assert!(check_ttl(Duration::ZERO).unwrap_err().to_string().contains("1ms"));
+        assert!(check_ttl(Duration::ZERO)
+            .unwrap_err()
+            .to_string()
+            .contains("1ms"));
         assert!(check_checkpoint(MAX_CHECKPOINT_BYTES).is_ok());
         assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1).is_err());
     }

@@ -75,14 +75,19 @@ impl RenewalOptions {
                 "renewal interval {interval:?} must be at least 1ms and shorter than TTL - safety margin ({window:?})"
             ));
         }
-        if self.backoff_initial < Duration::from_millis(1) || self.backoff_max < self.backoff_initial {
+        if self.backoff_initial < Duration::from_millis(1)
+            || self.backoff_max < self.backoff_initial
+        {
             return rule(format!(
                 "renewal backoff initial {:?} must be at least 1ms and not above max {:?}",
                 self.backoff_initial, self.backoff_max
             ));
         }
         if !(0.0..=1.0).contains(&self.jitter) {
-            return rule(format!("renewal jitter {} must be between 0 and 1", self.jitter));
+            return rule(format!(
+                "renewal jitter {} must be between 0 and 1",
+                self.jitter
+            ));
         }
         Ok(interval)
     }
@@ -113,7 +118,15 @@ impl Renewal {
         });
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(leases, token, options, interval, tx, lost.clone(), stop.clone()));
+        let task = tokio::spawn(run(
+            leases,
+            token,
+            options,
+            interval,
+            tx,
+            lost.clone(),
+            stop.clone(),
+        ));
         Ok(Self {
             state: rx,
             lost,
@@ -185,7 +198,9 @@ async fn run(
 ) {
     // The send time of the last successful acquire or renew; a parsed token
     // (no deadline) is renewed at once and has no window for retries.
-    let mut last_sent = token.deadline.map(|d| d - (leases.ttl() - leases.safety_margin()));
+    let mut last_sent = token
+        .deadline
+        .map(|d| d - (leases.ttl() - leases.safety_margin()));
     loop {
         if let Some(sent) = last_sent {
             tokio::select! {
@@ -198,7 +213,9 @@ async fn run(
         let outcome = loop {
             attempt += 1;
             let now = Instant::now();
-            let deadline = token.deadline.unwrap_or(now + (leases.ttl() - leases.safety_margin()));
+            let deadline = token
+                .deadline
+                .unwrap_or(now + (leases.ttl() - leases.safety_margin()));
             let sent = Instant::now();
             let result = tokio::select! {
                 _ = stop.cancelled() => return,

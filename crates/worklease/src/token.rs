@@ -142,9 +142,12 @@ impl FromStr for Token {
         if parts.next() != Some(TEXT_VERSION) {
             return Err(bad("it must start with \"wl1;\""));
         }
-        let (mut work, mut holder, mut fence, mut expires, mut ttl) = (None, None, None, None, None);
+        let (mut work, mut holder, mut fence, mut expires, mut ttl) =
+            (None, None, None, None, None);
         for part in parts {
-            let (k, v) = part.split_once('=').ok_or_else(|| bad("a field lacks '='"))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad("a field lacks '='"))?;
             let text = || {
                 percent_decode_str(v)
                     .decode_utf8()
@@ -210,8 +213,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fencing_token"), "{e}");
-        assert!("wl1;work=;holder=b;fencing_token=1;expires_at_ms=1;ttl_ms=1"
-            .parse::<Token>()
-            .is_err());
+        assert!(
+            "wl1;work=;holder=b;fencing_token=1;expires_at_ms=1;ttl_ms=1"
+                .parse::<Token>()
+                .is_err()
+        );
     }
 }

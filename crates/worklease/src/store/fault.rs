@@ -42,7 +42,8 @@ impl FaultStore {
 
     /// Delays every call by `delay` before it reaches the store.
     pub fn set_delay(&self, delay: Duration) {
-        self.delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
+        self.delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// How many calls were made, reachable or not.
@@ -57,7 +58,9 @@ impl FaultStore {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         if self.unreachable.load(Ordering::SeqCst) {
-            return Err(StoreError::new(self.inner.kind(), "injected fault: store unreachable").into());
+            return Err(
+                StoreError::new(self.inner.kind(), "injected fault: store unreachable").into(),
+            );
         }
         Ok(())
     }
@@ -68,7 +71,12 @@ impl LeaseStore for FaultStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
-    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
         self.gate().await?;
         self.inner.acquire(work_id, holder_id, ttl).await
     }
@@ -76,7 +84,12 @@ impl LeaseStore for FaultStore {
         self.gate().await?;
         self.inner.renew(lease, ttl).await
     }
-    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime> {
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
         self.gate().await?;
         self.inner.checkpoint(lease, ttl, data).await
     }

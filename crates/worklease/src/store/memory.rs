@@ -54,7 +54,11 @@ impl MemoryStore {
     }
 
     /// Runs `f` on the current, live record of `lease`.
-    fn with_current<T>(&self, lease: LeaseRef<'_>, f: impl FnOnce(&mut Record, &mut Instant) -> T) -> Result<T> {
+    fn with_current<T>(
+        &self,
+        lease: LeaseRef<'_>,
+        f: impl FnOnce(&mut Record, &mut Instant) -> T,
+    ) -> Result<T> {
         let mut st = self.lock()?;
         let now = Instant::now();
         let Some((r, exp)) = st.leases.get_mut(lease.work_id) else {
@@ -80,7 +84,12 @@ impl LeaseStore for MemoryStore {
         KIND
     }
 
-    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
         let mut st = self.lock()?;
         let now = Instant::now();
         let current = st.leases.get(work_id);
@@ -114,7 +123,12 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime> {
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
         self.with_current(lease, |r, exp| {
             r.checkpoint = Some(data);
             r.ttl_ms = ttl.as_millis() as u64;

@@ -184,7 +184,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// (a live lease of the same holder ID counts as held too: see
     /// `docs/adr/0002-same-holder-is-held.md`). The fencing token is larger
     /// than every earlier one of the work ID; the checkpoint is kept.
-    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant>;
+    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration)
+        -> Result<Grant>;
 
     /// Extends the lease to `ttl` from now (store clock). Returns the new
     /// wall-clock expiry estimate.
@@ -192,7 +193,12 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Stores `data` as the checkpoint and extends the lease to `ttl` from
     /// now, in one atomic step ("I am alive, and here is where I am").
-    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime>;
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime>;
 
     /// Reads the checkpoint and the hand-off facts for the current lease.
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint>;

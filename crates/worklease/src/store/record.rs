@@ -116,7 +116,11 @@ pub(crate) fn fenced(lease: LeaseRef<'_>) -> Error {
 }
 
 /// Checks that `lease` is the current, live acquisition (SPEC S3).
-pub(crate) fn check_current(current: Option<&Record>, lease: LeaseRef<'_>, unexpired: bool) -> Result<()> {
+pub(crate) fn check_current(
+    current: Option<&Record>,
+    lease: LeaseRef<'_>,
+    unexpired: bool,
+) -> Result<()> {
     let fenced = || fenced(lease);
     let r = current.ok_or_else(fenced)?;
     if r.fencing_token != lease.fencing_token || r.holder_id != lease.holder_id.as_str() {

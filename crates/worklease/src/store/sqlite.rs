@@ -78,8 +78,9 @@ impl BootClock {
     /// read (not Linux, or `/proc` not mounted).
     pub fn new() -> Result<Self, StoreError> {
         let path = "/proc/sys/kernel/random/boot_id";
-        let boot_id = std::fs::read_to_string(path)
-            .map_err(|e| StoreError::with_source(KIND, format!("cannot read the boot ID from {path}"), e))?;
+        let boot_id = std::fs::read_to_string(path).map_err(|e| {
+            StoreError::with_source(KIND, format!("cannot read the boot ID from {path}"), e)
+        })?;
         Ok(Self {
             boot_id: boot_id.trim().to_string(),
         })
@@ -142,7 +143,9 @@ pub struct SqliteStore {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("path", &self.path).finish()
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -200,9 +203,9 @@ impl SqliteStore {
         let conn = self.conn.clone();
         let clock = self.clock.clone();
         tokio::task::spawn_blocking(move || {
-            let mut conn = conn
-                .lock()
-                .map_err(|_| StoreError::new(KIND, "connection lock poisoned by an earlier panic"))?;
+            let mut conn = conn.lock().map_err(|_| {
+                StoreError::new(KIND, "connection lock poisoned by an earlier panic")
+            })?;
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(db_err("cannot begin a transaction"))?;
@@ -341,8 +344,30 @@ impl Row {
     }
 }
 
-const COLUMNS: &str = "holder_id, fencing_token, ttl_ms, phase, clock_epoch, expires_clock_ms, \
-     expires_at_unix_ms, checkpoint, prev_holder_id, prev_fencing_token, prev_end";
+macro_rules! columns {
+    () => {
+        "holder_id, fencing_token, ttl_ms, phase, clock_epoch, expires_clock_ms, \
+         expires_at_unix_ms, checkpoint, prev_holder_id, prev_fencing_token, prev_end"
+    };
+}
+const SELECT_ONE: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM worklease_leases WHERE work_id = ?1"
+);
+const SELECT_ALL: &str = concat!(
+    "SELECT work_id, ",
+    columns!(),
+    " FROM worklease_leases ORDER BY work_id"
+);
+const UPSERT: &str = concat!(
+    "INSERT OR REPLACE INTO worklease_leases (work_id, ",
+    columns!(),
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+);
+const READ_SEQUENCE: &str = "SELECT value FROM worklease_sequence WHERE name = 'fencing_token'";
+const WRITE_SEQUENCE: &str =
+    "UPDATE worklease_sequence SET value = ?1 WHERE name = 'fencing_token'";
 
 fn corrupt(what: &str) -> rusqlite::Error {
     rusqlite::Error::InvalidColumnType(0, what.to_string(), rusqlite::types::Type::Text)
@@ -378,12 +403,11 @@ fn row_from(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
 }
 
 fn load(tx: &rusqlite::Transaction<'_>, work_id: &WorkId) -> Result<Option<Row>> {
-    Ok(tx
-        .query_row(
-            &format!("SELECT {COLUMNS} FROM worklease_leases WHERE work_id = ?1"),
-            params![work_id.as_str()],
-            |r| row_from(r, 0),
-        )
+    let mut stmt = tx
+        .prepare_cached(SELECT_ONE)
+        .map_err(db_err("cannot read the lease"))?;
+    Ok(stmt
+        .query_row(params![work_id.as_str()], |r| row_from(r, 0))
         .optional()
         .map_err(db_err("cannot read the lease"))?)
 }
@@ -391,26 +415,23 @@ fn load(tx: &rusqlite::Transaction<'_>, work_id: &WorkId) -> Result<Option<Row>>
 fn save(tx: &rusqlite::Transaction<'_>, work_id: &WorkId, row: &Row) -> Result<()> {
     let r = &row.record;
     let prev = r.previous.as_ref();
-    tx.execute(
-        &format!(
-            "INSERT OR REPLACE INTO worklease_leases (work_id, {COLUMNS})
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-        ),
-        params![
-            work_id.as_str(),
-            r.holder_id,
-            r.fencing_token as i64,
-            r.ttl_ms as i64,
-            r.phase.as_str(),
-            row.clock_epoch,
-            row.expires_clock_ms as i64,
-            row.expires_at_unix_ms as i64,
-            r.checkpoint.as_deref(),
-            prev.map(|p| p.holder_id.as_str()),
-            prev.map(|p| p.fencing_token as i64),
-            prev.map(|p| p.ended.as_str()),
-        ],
-    )
+    let mut stmt = tx
+        .prepare_cached(UPSERT)
+        .map_err(db_err("cannot write the lease"))?;
+    stmt.execute(params![
+        work_id.as_str(),
+        r.holder_id,
+        r.fencing_token as i64,
+        r.ttl_ms as i64,
+        r.phase.as_str(),
+        row.clock_epoch,
+        row.expires_clock_ms as i64,
+        row.expires_at_unix_ms as i64,
+        r.checkpoint.as_deref(),
+        prev.map(|p| p.holder_id.as_str()),
+        prev.map(|p| p.fencing_token as i64),
+        prev.map(|p| p.ended.as_str()),
+    ])
     .map_err(db_err("cannot write the lease"))?;
     Ok(())
 }
@@ -421,19 +442,22 @@ impl LeaseStore for SqliteStore {
         KIND
     }
 
-    async fn acquire(&self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
         let (work_id, holder_id) = (work_id.clone(), holder_id.clone());
         self.tx(move |tx, now| {
             let current = load(tx, &work_id)?;
             let last: i64 = tx
-                .query_row(
-                    "SELECT value FROM worklease_sequence WHERE name = 'fencing_token'",
-                    [],
-                    |r| r.get(0),
-                )
+                .prepare_cached(READ_SEQUENCE)
+                .and_then(|mut s| s.query_row([], |r| r.get(0)))
                 .map_err(db_err("cannot read the fencing sequence"))?;
             // max() guards against a sequence row edited by hand.
-            let next = (last as u64).max(current.as_ref().map_or(0, |r| r.record.fencing_token)) + 1;
+            let next =
+                (last as u64).max(current.as_ref().map_or(0, |r| r.record.fencing_token)) + 1;
             let record = record::acquire(
                 current.as_ref().map(|r| &r.record),
                 current.as_ref().is_some_and(|r| r.unexpired(now)),
@@ -443,11 +467,9 @@ impl LeaseStore for SqliteStore {
                 next,
                 current.as_ref().and_then(|r| r.remaining(now)),
             )?;
-            tx.execute(
-                "UPDATE worklease_sequence SET value = ?1 WHERE name = 'fencing_token'",
-                params![next as i64],
-            )
-            .map_err(db_err("cannot advance the fencing sequence"))?;
+            tx.prepare_cached(WRITE_SEQUENCE)
+                .and_then(|mut s| s.execute(params![next as i64]))
+                .map_err(db_err("cannot advance the fencing sequence"))?;
             let mut row = Row {
                 record,
                 clock_epoch: String::new(),
@@ -466,10 +488,16 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        self.update_current(lease, true, move |row, now| row.extend(now, ttl)).await
+        self.update_current(lease, true, move |row, now| row.extend(now, ttl))
+            .await
     }
 
-    async fn checkpoint(&self, lease: LeaseRef<'_>, ttl: Duration, data: Bytes) -> Result<SystemTime> {
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
         self.update_current(lease, true, move |row, now| {
             row.record.checkpoint = Some(data);
             row.extend(now, ttl)
@@ -478,7 +506,8 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        self.update_current(lease, false, |row, _| record::read(&row.record)).await
+        self.update_current(lease, false, |row, _| record::read(&row.record))
+            .await
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
@@ -492,7 +521,7 @@ impl LeaseStore for SqliteStore {
         let work_ids = work_ids.to_vec();
         self.tx(move |tx, now| {
             let mut stmt = tx
-                .prepare(&format!("SELECT work_id, {COLUMNS} FROM worklease_leases ORDER BY work_id"))
+                .prepare_cached(SELECT_ALL)
                 .map_err(db_err("cannot list leases"))?;
             let rows = stmt
                 .query_map([], |r| Ok((r.get::<_, String>(0)?, row_from(r, 1)?)))
@@ -500,7 +529,8 @@ impl LeaseStore for SqliteStore {
             let mut out = Vec::new();
             for row in rows {
                 let (id, row) = row.map_err(db_err("cannot read a lease row"))?;
-                let id = WorkId::new(id).map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
+                let id = WorkId::new(id)
+                    .map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
                 if work_ids.is_empty() || work_ids.contains(&id) {
                     out.push(row.info(id, now));
                 }
@@ -531,5 +561,107 @@ impl LeaseStore for SqliteStore {
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         self.watchers.watch(work_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AcquireOptions, Config, Leases};
+
+    /// A clock whose epoch can be changed, as a reboot changes the boot ID.
+    struct RebootableClock {
+        inner: TokioClock,
+        epoch: Mutex<String>,
+    }
+
+    impl StoreClock for RebootableClock {
+        fn now(&self) -> Result<ClockReading, StoreError> {
+            let mut r = self.inner.now()?;
+            r.epoch = self
+                .epoch
+                .lock()
+                .map_err(|_| StoreError::new(KIND, "poisoned"))?
+                .clone();
+            Ok(r)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fencing_survives_restart_and_reboot_expires_leases() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("leases.db");
+        let clock = Arc::new(RebootableClock {
+            inner: TokioClock::new(),
+            epoch: Mutex::new("boot-1".into()),
+        });
+        let ttl = Duration::from_secs(3600);
+        let first = {
+            let store = Arc::new(SqliteStore::open_with_clock(&path, clock.clone()).expect("open"));
+            let leases = Leases::new(store, Config::new("a", ttl)).expect("config");
+            let t = leases
+                .acquire("job", AcquireOptions::new())
+                .await
+                .expect("acquire");
+            leases
+                .checkpoint(&t, &b"progress"[..])
+                .await
+                .expect("checkpoint");
+            t.fencing_token()
+        }; // the process ends without releasing
+        let store = Arc::new(SqliteStore::open_with_clock(&path, clock.clone()).expect("reopen"));
+        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
+        assert!(
+            matches!(
+                b.acquire("job", AcquireOptions::new()).await,
+                Err(crate::Error::Held { .. })
+            ),
+            "a restart of a process does not end its lease"
+        );
+        *clock.epoch.lock().expect("lock") = "boot-2".into(); // the host reboots
+        let t = b
+            .acquire("job", AcquireOptions::new())
+            .await
+            .expect("a reboot expires every lease");
+        assert!(t.fencing_token() > first, "S2 across a restart");
+        let c = b.read_checkpoint(&t).await.expect("read");
+        assert_eq!(c.data.as_deref(), Some(&b"progress"[..]));
+        assert!(!c.clean_handoff());
+        // Deleting the row by hand does not reset the fencing sequence.
+        store
+            .conn
+            .lock()
+            .expect("lock")
+            .execute("DELETE FROM worklease_leases", [])
+            .expect("delete");
+        let t2 = b
+            .acquire("job", AcquireOptions::new())
+            .await
+            .expect("acquire");
+        assert!(
+            t2.fencing_token() > t.fencing_token(),
+            "S2 after a deleted row"
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("leases.db");
+        Connection::open(&path)
+            .expect("open")
+            .execute_batch("PRAGMA user_version = 99")
+            .expect("set version");
+        let e = SqliteStore::open_with_clock(&path, Arc::new(TokioClock::new())).unwrap_err();
+        assert!(e.to_string().contains("schema version 99"), "{e}");
+    }
+
+    #[test]
+    fn boot_clock_reads_boot_time() {
+        let clock = BootClock::new().expect("Linux has a boot ID");
+        let a = clock.now().expect("read");
+        let b = clock.now().expect("read");
+        assert_eq!(a.epoch, b.epoch);
+        assert!(b.millis >= a.millis && a.millis > 0);
     }
 }
