@@ -182,6 +182,12 @@ pub enum Error {
         /// The last renewal failure, as text.
         last_error: Option<String>,
     },
+    /// Nobody leads the election now (hoplock: `ErrNoLease`).
+    #[error("election {election:?} has no leader")]
+    NoLease {
+        /// The election (its work ID).
+        election: String,
+    },
     /// A waiting acquisition was cancelled through its cancellation token.
     #[error("waiting for the lease on {work_id:?} was cancelled")]
     Cancelled {

@@ -32,6 +32,7 @@
 
 #[cfg(feature = "testkit")]
 pub mod conformance;
+pub mod election;
 pub mod error;
 mod lease;
 pub mod limits;

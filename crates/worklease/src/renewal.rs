@@ -162,6 +162,36 @@ impl Renewal {
         })
     }
 
+    /// Stops renewing without waiting for the task (it ends at its next
+    /// step); the handle still reports the latest token.
+    pub(crate) fn halt(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits for the next change: `Ok` with the renewed token after each
+    /// successful renewal, `Err` with the cause once the lease is lost (and
+    /// at every call after that).
+    pub async fn changed(&mut self) -> Result<Token> {
+        if let Some(e) = self.lost_cause() {
+            return Err(e);
+        }
+        // The sender lives in the task: it is gone only when the task ended
+        // without reporting a loss (it panicked). Count the lease lost then.
+        if self.state.changed().await.is_err() {
+            let t = self.token();
+            return Err(self.lost_cause().unwrap_or(Error::WindowExhausted {
+                work_id: t.work_id.to_string(),
+                fencing_token: t.fencing_token,
+                last_error: Some("the renewal task ended unexpectedly".into()),
+            }));
+        }
+        let state = self.state.borrow_and_update().clone();
+        match state.lost {
+            Some(e) => Err(e),
+            None => Ok(state.token),
+        }
+    }
+
     /// Stops renewing and returns the latest token, to release or to hand on.
     ///
     /// # Errors

@@ -36,6 +36,7 @@ pub(crate) mod record;
 pub mod register;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod url;
 
 /// The lease a renew, checkpoint, read or release names: the token's
 /// identity without its times.

@@ -1,105 +1,19 @@
-//! The shared conformance suite (feature `testkit`): one `async fn` per
-//! property of the store contract (SPEC §3: S1–S5, L1, bad input), each
-//! taking a store, as `object_store`'s `integration.rs` does. A new
-//! guarantee is one new function here, and every store gets it through
-//! [`conformance_tests!`](crate::conformance_tests).
-//!
-//! The checks measure time with tokio's clock and wait with
-//! [`tokio::time::sleep`]: on a paused runtime (`start_paused = true`) they
-//! run in no real time; on a real runtime (servers whose clock cannot be
-//! paused) they sleep for real, so keep [`Suite::ttl`] short there. Every
-//! check uses fresh work IDs under a random prefix, so checks may share a
-//! store, also with other test runs.
-//!
-//! Checks panic with a message naming the property when a store breaks it.
+//! Lease checks: S1–S5, L1, bad input, renewal under faults, stress.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
+use super::{assert_expired, assert_fenced, fast, Suite};
 use crate::error::{Error, InvalidInput};
 use crate::limits::{MAX_CHECKPOINT_BYTES, MAX_WORK_ID_BYTES};
 use crate::store::fault::FaultStore;
-use crate::store::{LeaseEnd, LeaseStore};
-use crate::{AcquireOptions, Config, Leases, RenewalOptions, Token, WorkId};
-
-/// The store under test and the TTL the checks use.
-#[derive(Clone)]
-pub struct Suite {
-    /// The store.
-    pub store: Arc<dyn LeaseStore>,
-    /// The lease TTL of the checks; default 1500 ms (a store with a coarser
-    /// clock must still keep it: SPEC asks for millisecond TTLs).
-    pub ttl: Duration,
-    prefix: String,
-}
-
-impl Suite {
-    /// A suite over `store` with the default TTL.
-    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
-        Self {
-            store,
-            ttl: Duration::from_millis(1500),
-            prefix: format!("conformance-{:08x}", rand::random::<u32>()),
-        }
-    }
-
-    /// A fresh work ID for one check.
-    pub fn work_id(&self, name: &str) -> String {
-        format!("{}/{name}-{:08x}", self.prefix, rand::random::<u32>())
-    }
-
-    /// A [`Leases`] handle for `holder` on the store.
-    pub fn holder(&self, holder: &str) -> Leases {
-        self.holder_on(self.store.clone(), holder)
-    }
-
-    fn holder_on(&self, store: Arc<dyn LeaseStore>, holder: &str) -> Leases {
-        Leases::new(store, Config::new(holder, self.ttl)).expect("valid test config")
-    }
-
-    /// Waits until `token`'s lease has expired by every clock: its TTL from
-    /// now (the acquisition was sent before now), plus a little.
-    async fn outlive(&self) {
-        tokio::time::sleep(self.ttl + Duration::from_millis(20)).await;
-    }
-
-    async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {
-        let id = WorkId::new(work_id).expect("valid work ID");
-        self.store
-            .inspect(&[id])
-            .await
-            .expect("inspect")
-            .into_iter()
-            .next()
-    }
-}
-
-fn fast() -> AcquireOptions {
-    AcquireOptions::new()
-}
-
-#[track_caller]
-fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
-    match r {
-        Err(Error::Fenced { .. }) => {}
-        other => panic!("S3: {what} with a taken-over token must fail with Fenced, got {other:?}"),
-    }
-}
-
-#[track_caller]
-fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
-    match r {
-        Err(Error::Expired { .. }) => {}
-        other => panic!(
-            "S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"
-        ),
-    }
-}
+use crate::store::LeaseEnd;
+use crate::{Config, Leases, RenewalOptions, Token, WorkId};
 
 /// Bad input: zero TTL, empty holder, empty / oversized / control-character
 /// work IDs and oversized checkpoints get an error naming the limit, and
@@ -783,55 +697,4 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
             "the stress made too little progress: {id} was granted {n} times"
         );
     }
-}
-
-use rand::SeedableRng;
-
-/// Instantiates every conformance check as its own `#[tokio::test]` for a
-/// store. `$make` is an async block or expression giving a [`Suite`];
-/// `$paused` chooses a paused tokio clock (stores whose clock follows
-/// tokio's) or real time (servers).
-///
-/// ```no_run
-/// // In a store's tests (here: tests/conformance.rs of this crate).
-/// worklease::conformance_tests!(memory, paused = true, async {
-///     worklease::conformance::Suite::new(std::sync::Arc::new(
-///         worklease::store::memory::MemoryStore::new(),
-///     ))
-/// });
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! conformance_tests {
-    ($name:ident, paused = $paused:tt, $make:expr) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            $crate::conformance_tests!(@one $paused, $make, bad_input);
-            $crate::conformance_tests!(@one $paused, $make, mutual_exclusion);
-            $crate::conformance_tests!(@one $paused, $make, fencing_tokens_increase);
-            $crate::conformance_tests!(@one $paused, $make, stale_writers_lose);
-            $crate::conformance_tests!(@one $paused, $make, checkpoints_survive);
-            $crate::conformance_tests!(@one $paused, $make, handoff_flag);
-            $crate::conformance_tests!(@one $paused, $make, liveness);
-            $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
-            $crate::conformance_tests!(@one $paused, $make, ttl_precision);
-            $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
-            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
-            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
-
-            #[tokio::test(start_paused = $paused)]
-            async fn concurrent_stress() {
-                let suite = $make.await;
-                $crate::conformance::concurrent_stress(&suite, 8, 40).await;
-            }
-        }
-    };
-    (@one $paused:tt, $make:expr, $check:ident) => {
-        #[tokio::test(start_paused = $paused)]
-        async fn $check() {
-            let suite = $make.await;
-            $crate::conformance::$check(&suite).await;
-        }
-    };
 }

@@ -1,0 +1,450 @@
+//! # `worklease`: run commands under distributed work leases
+//!
+//! Like `flock` for a fleet: `worklease run WORK_ID -- CMD` runs CMD only
+//! while this process holds the lease on WORK_ID in a shared store, so a
+//! cron job or batch step runs on exactly one machine (or process) at a
+//! time, and resumes from its checkpoint when a holder dies.
+//!
+//! ```text
+//! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace 10s] WORK_ID -- CMD [ARGS...]
+//! worklease status [--store URL] [--json] [WORK_ID...]
+//! worklease checkpoint set [--token T] [--store URL] [DATA]
+//! worklease checkpoint get [--token T] [--store URL] [--json]
+//! worklease release --force [--store URL] WORK_ID
+//! ```
+//!
+//! ## The store
+//!
+//! `--store URL`, else the environment variable `WORKLEASE_STORE`, else the
+//! embedded SQLite file at `worklease::store::url::default_sqlite_path()`:
+//! `$WORKLEASE_HOME/leases.db`, `$XDG_DATA_HOME/worklease/leases.db`,
+//! `$HOME/.local/share/worklease/leases.db` or
+//! `/var/lib/worklease/leases.db`, the first whose variable is set. URLs:
+//! `sqlite:PATH`, `sqlite://PATH`, `memory:` (private to one process).
+//! `postgres://`, `redis://`, `etcd://` and `s3://` are refused as not built
+//! yet. URLs are shown only with their passwords masked.
+//!
+//! ## The child of `run`
+//!
+//! It gets `WORKLEASE_WORK_ID`, `WORKLEASE_HOLDER_ID`,
+//! `WORKLEASE_FENCING_TOKEN`, `WORKLEASE_TOKEN` (the token's text form, which
+//! `worklease checkpoint` reads) and `WORKLEASE_STORE` (the store URL, a
+//! SQLite path made absolute). It runs in its own process group: SIGINT,
+//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to `worklease` are
+//! forwarded to that group, and when the lease is lost the group gets
+//! SIGTERM, then SIGKILL after `--grace`. On Linux the child also gets
+//! SIGKILL if `worklease` itself dies (so it cannot outlive a lease nobody
+//! renews); processes it started in the background do not.
+//!
+//! ## Exit status
+//!
+//! See [`exit::HELP`]: the child's own status (128 + N for signal N), 75
+//! when the lease is held and `--wait` was not given, 76 when the lease was
+//! lost while the child ran or a checkpoint came from a stale token, 64 for
+//! usage errors, 69 when the store fails, 70 for internal errors.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use worklease::limits::{check_ttl, HolderId, WorkId};
+use worklease::store::url::{self, StoreSpec};
+use worklease::LeaseStore;
+
+mod checkpoint;
+mod exit;
+mod release;
+mod run;
+mod status;
+
+use exit::Failure;
+
+const ABOUT: &str = "Run commands under distributed work leases: at most one holder per work ID, \
+fencing tokens, checkpoints handed from one holder to the next.";
+
+const MAIN_HELP: &str = "\
+Examples:
+  # Run the nightly report on exactly one machine of the fleet; the others exit 75.
+  worklease run nightly-report -- ./report.sh
+
+  # Queue up instead: wait until the current holder is done or dies.
+  worklease run --wait nightly-report -- ./report.sh
+
+  # Inside the child: save progress, and read it back after a crash.
+  worklease checkpoint set \"page 7\"
+  worklease checkpoint get
+
+  # Who holds what?
+  worklease status
+
+Store: --store URL or WORKLEASE_STORE (sqlite:PATH, memory:); the default is
+the SQLite file $WORKLEASE_HOME/leases.db, else $XDG_DATA_HOME/worklease/leases.db,
+else $HOME/.local/share/worklease/leases.db, else /var/lib/worklease/leases.db.
+postgres://, redis://, etcd:// and s3:// stores are not built yet.
+Logs go to stderr (warnings by default; -v debug, -vv trace, or RUST_LOG).
+";
+
+const RUN_HELP: &str = "\
+The child gets WORKLEASE_WORK_ID, WORKLEASE_HOLDER_ID, WORKLEASE_FENCING_TOKEN,
+WORKLEASE_TOKEN and WORKLEASE_STORE. It runs in its own process group; SIGINT,
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it. The lease
+is renewed every TTL/3 and released when the child exits. If the lease is
+lost (expired, revoked with `release --force`, taken over), the child's
+process group gets SIGTERM, then SIGKILL after --grace, and run exits 76.
+
+Exit status: the child's (128+N if signal N ended it); 75 held by another
+(without --wait); 76 lease lost; 64 usage error; 69 store failure;
+126/127 the command cannot be run / was not found.
+
+Examples:
+  worklease run nightly-report -- ./report.sh --date today
+  worklease run --wait --poll 500ms --ttl 30s shard-7 -- ./process-shard 7
+  worklease run --store sqlite:/srv/leases.db --holder web-1 migrate -- ./migrate.sh
+  worklease run job -- sh -c 'echo \"token $WORKLEASE_FENCING_TOKEN\"; ./work'
+";
+
+const STATUS_HELP: &str = "\
+Columns: work ID, holder, fencing token, expires in (or expired/released),
+checkpoint size, and whether the last hand-off was clean (the holder before
+released). --json prints one JSON object per lease per line with the fields
+work_id, holder_id, fencing_token, expires_at (RFC 3339), expired, released,
+checkpoint_bytes and clean_handoff.
+
+Exit status: 0; 1 when a named work ID is unknown; 64 usage error; 69 store
+failure.
+
+Examples:
+  worklease status
+  worklease status nightly-report shard-7
+  worklease status --json | jq 'select(.expired | not) | .work_id'
+";
+
+const CHECKPOINT_HELP: &str = "\
+Run inside `worklease run`: the token and store come from WORKLEASE_TOKEN and
+WORKLEASE_STORE. A checkpoint also renews the lease. A checkpoint from a stale
+token (the lease expired or was taken over) writes nothing and exits 76.
+
+Examples:
+  worklease checkpoint set \"page 7\"
+  tar c state/ | worklease checkpoint set
+  worklease checkpoint get > state.bin
+  worklease checkpoint get --json
+";
+
+const SET_HELP: &str = "\
+Exit status: 0 saved; 76 stale token (the lease expired or was taken over:
+nothing was written); 64 usage error (no token, malformed token, checkpoint
+over the 1 MiB limit); 69 store failure; 74 reading stdin failed.
+
+Examples:
+  worklease checkpoint set \"page 7\"
+  printf 'offset=%d' \"$n\" | worklease checkpoint set
+  worklease checkpoint set < state.bin
+";
+
+const GET_HELP: &str = "\
+Writes the checkpoint's raw bytes to stdout (nothing when there is none) and
+one line to stderr: its size, whether the hand-off was clean (the previous
+holder released) and who held the lease before. With --json, prints instead
+one JSON object: work_id, fencing_token, checkpoint_bytes, checkpoint_base64
+(the data in standard base64, null when there is no checkpoint),
+checkpoint_text (the data as a string when it is UTF-8, else null),
+clean_handoff, and previous_holder ({holder_id, fencing_token, ended} with
+ended one of released/expired/revoked; null on the first acquisition).
+
+Exit status: 0; 76 stale token; 64 usage error; 69 store failure.
+
+Examples:
+  worklease checkpoint get > state.bin
+  page=$(worklease checkpoint get 2>/dev/null)
+  worklease checkpoint get --json | jq -r .checkpoint_text
+";
+
+const RELEASE_HELP: &str = "\
+Ends the current lease on WORK_ID at once, whoever holds it: an operator's
+tool for a stuck holder. The holder's next renewal fails, so `worklease run`
+stops its child (SIGTERM, then SIGKILL after --grace) and exits 76; the next
+acquirer sees an unclean hand-off (revoked). The checkpoint is kept.
+A holder releases its own lease by ending: `worklease run` releases when its
+child exits.
+
+Exit status: 0 revoked (or already ended); 1 unknown work ID; 64 usage error
+(also without --force); 69 store failure.
+
+Examples:
+  worklease release --force nightly-report
+  worklease release --force --store sqlite:/srv/leases.db shard-7
+";
+
+/// The `worklease` command line.
+#[derive(Parser, Debug)]
+#[command(name = "worklease", version, about = ABOUT, after_help = MAIN_HELP, after_long_help = format!("{MAIN_HELP}\n{}", exit::HELP))]
+struct Cli {
+    /// More logs on stderr: -v debug, -vv trace (default: warnings only).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding the lease on a work ID.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Show the leases in the store.
+    #[command(after_help = STATUS_HELP)]
+    Status(StatusArgs),
+    /// Save or read the checkpoint of the lease a child holds.
+    #[command(subcommand, after_help = CHECKPOINT_HELP)]
+    Checkpoint(CheckpointCommand),
+    /// Take a lease away from whoever holds it (needs --force).
+    #[command(after_help = RELEASE_HELP)]
+    Release(ReleaseArgs),
+}
+
+/// The store option shared by every subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct StoreArg {
+    /// Store URL: sqlite:PATH or memory: [default: the SQLite file under
+    /// $WORKLEASE_HOME, $XDG_DATA_HOME or $HOME/.local/share/worklease]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "WORKLEASE_STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+}
+
+impl StoreArg {
+    /// The URL given, or the default SQLite URL.
+    pub fn url(&self) -> String {
+        self.store.clone().unwrap_or_else(url::default_url)
+    }
+
+    /// Opens the store. Returns the URL to hand to a child (a relative
+    /// SQLite path made absolute; never to be printed: use
+    /// [`url::redact`]) and the store.
+    pub fn open(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
+        let given = self.url();
+        let spec = url::parse(&given)?;
+        let for_child = match spec.absolute() {
+            StoreSpec::Sqlite(path) if path.to_str().is_some() => StoreSpec::Sqlite(path).to_url(),
+            StoreSpec::Memory => StoreSpec::Memory.to_url(),
+            _ => given.clone(),
+        };
+        tracing::debug!(store = %url::redact(&for_child), "opening the store");
+        let store = spec.open()?;
+        Ok((for_child, store))
+    }
+}
+
+/// Arguments of `worklease run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// Lease TTL: how long the lease outlives a holder that stops renewing
+    /// (it is renewed every TTL/3), e.g. 500ms, 15s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    ttl: Duration,
+
+    /// Wait until the lease is free instead of exiting with 75.
+    #[arg(long)]
+    wait: bool,
+
+    /// With --wait: how often to retry (the wait also ends as soon as the
+    /// holder's lease expires).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    poll: Duration,
+
+    /// Holder ID [default: <hostname>:<pid>].
+    #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
+    holder: Option<HolderId>,
+
+    /// When the lease is lost: how long after SIGTERM the child's process
+    /// group gets SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    grace: Duration,
+
+    /// The work ID to hold (1 to 256 bytes, no control characters).
+    #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
+    work_id: WorkId,
+
+    /// The command to run, after `--`, and its arguments.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+/// Arguments of `worklease status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// One JSON object per lease per line (JSON Lines).
+    #[arg(long)]
+    json: bool,
+
+    /// The work IDs to show [default: all].
+    #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
+    work_ids: Vec<WorkId>,
+}
+
+/// The lease token option of the `checkpoint` subcommands.
+#[derive(Args, Debug, Clone)]
+pub struct TokenArg {
+    /// The lease token's text form [default: $WORKLEASE_TOKEN, set by
+    /// `worklease run` for its child].
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "WORKLEASE_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckpointCommand {
+    /// Save a checkpoint (raw bytes) with the lease, renewing it.
+    #[command(after_help = SET_HELP)]
+    Set(CheckpointSetArgs),
+    /// Print the last checkpoint (raw bytes) and the hand-off it came with.
+    #[command(after_help = GET_HELP)]
+    Get(CheckpointGetArgs),
+}
+
+/// Arguments of `worklease checkpoint set`.
+#[derive(Args, Debug)]
+pub struct CheckpointSetArgs {
+    #[command(flatten)]
+    token: TokenArg,
+
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// The checkpoint's bytes [default: read standard input to its end].
+    #[arg(value_name = "DATA")]
+    data: Option<OsString>,
+}
+
+/// Arguments of `worklease checkpoint get`.
+#[derive(Args, Debug)]
+pub struct CheckpointGetArgs {
+    #[command(flatten)]
+    token: TokenArg,
+
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// Print one JSON object instead of the raw bytes.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `worklease release`.
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// Confirm taking the lease away from its holder, whoever it is.
+    #[arg(long)]
+    force: bool,
+
+    /// The work ID whose lease to end.
+    #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
+    work_id: WorkId,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (write for example 500ms, 15s or 1m)"))
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    check_ttl(parse_duration(s)?).map_err(|e| e.to_string())
+}
+
+fn parse_poll(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        return Err(format!("poll interval is {d:?}: it must be at least 1ms"));
+    }
+    Ok(d)
+}
+
+fn parse_work_id(s: &str) -> Result<WorkId, String> {
+    WorkId::new(s).map_err(|e| e.to_string())
+}
+
+fn parse_holder_id(s: &str) -> Result<HolderId, String> {
+    HolderId::new(s).map_err(|e| e.to_string())
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match (std::env::var_os("RUST_LOG"), verbose) {
+        (Some(_), 0) => EnvFilter::from_default_env(),
+        (_, 0) => EnvFilter::new("warn"),
+        (_, 1) => EnvFilter::new("debug"),
+        _ => EnvFilter::new("trace"),
+    };
+    // A second initialisation (impossible here) would only be refused.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+async fn dispatch(command: Command) -> Result<u8, Failure> {
+    match command {
+        Command::Run(args) => run::run(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::Checkpoint(CheckpointCommand::Set(args)) => checkpoint::set(args).await,
+        Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
+        Command::Release(args) => release::release(args).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; every other
+            // parse error is a usage error (clap's own status would be 2).
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
+        }
+    };
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worklease: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let result = runtime.block_on(dispatch(cli.command));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            if !failure.message.is_empty() {
+                eprintln!("worklease: {}", failure.message);
+            }
+            ExitCode::from(failure.code)
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! `worklease status`: the leases in the store, as a table or JSON Lines.
+
+use std::io::Write;
+
+use serde::Serialize;
+use worklease::store::url;
+use worklease::{LeaseEnd, LeaseInfo};
+
+use crate::exit::{self, Failure};
+use crate::run::fmt_secs;
+use crate::StatusArgs;
+
+/// One lease as `status --json` prints it (SPEC §4: exactly these fields).
+#[derive(Serialize)]
+struct LeaseJson<'a> {
+    work_id: &'a str,
+    holder_id: &'a str,
+    fencing_token: u64,
+    expires_at: String,
+    expired: bool,
+    released: bool,
+    checkpoint_bytes: usize,
+    clean_handoff: bool,
+}
+
+impl<'a> From<&'a LeaseInfo> for LeaseJson<'a> {
+    fn from(info: &'a LeaseInfo) -> Self {
+        Self {
+            work_id: info.work_id.as_str(),
+            holder_id: &info.holder_id,
+            fencing_token: info.fencing_token,
+            expires_at: humantime::format_rfc3339_millis(info.expires_at).to_string(),
+            expired: info.expired,
+            released: info.released,
+            checkpoint_bytes: info.checkpoint_bytes,
+            clean_handoff: info.handoff.is_clean(),
+        }
+    }
+}
+
+/// Runs `worklease status` and returns its exit status.
+pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
+    let (store_url, store) = args.store.open()?;
+    let mut leases = store.inspect(&args.work_ids).await?;
+    leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
+
+    let mut out = Vec::new();
+    if args.json {
+        for info in &leases {
+            let line = serde_json::to_string(&LeaseJson::from(info))
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+    } else {
+        out.extend_from_slice(format!("store: {}\n", url::redact(&store_url)).as_bytes());
+        if leases.is_empty() {
+            out.extend_from_slice(b"no leases\n");
+        } else {
+            out.extend_from_slice(table(&leases).as_bytes());
+        }
+    }
+    write_stdout(&out)?;
+
+    let unknown: Vec<&str> = args
+        .work_ids
+        .iter()
+        .filter(|w| !leases.iter().any(|l| &l.work_id == *w))
+        .map(|w| w.as_str())
+        .collect();
+    if unknown.is_empty() {
+        return Ok(0);
+    }
+    for work_id in unknown {
+        eprintln!("worklease: no lease on {work_id:?} in the store");
+    }
+    Ok(exit::NOT_FOUND)
+}
+
+/// Writes `bytes` to stdout. A reader that went away (`| head`) is not an
+/// error; any other write failure is [`exit::IO`].
+pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::new(
+            exit::IO,
+            format!("cannot write to stdout: {e}"),
+        )),
+    }
+}
+
+fn expires(info: &LeaseInfo) -> String {
+    if info.released {
+        "released".to_string()
+    } else if info.expired {
+        "expired".to_string()
+    } else {
+        match info.expires_in {
+            Some(d) => fmt_secs(d),
+            None => "live".to_string(),
+        }
+    }
+}
+
+fn handoff(info: &LeaseInfo) -> String {
+    match &info.handoff.previous {
+        None => "- (first holder)".to_string(),
+        Some(p) if p.ended == LeaseEnd::Released => "yes".to_string(),
+        Some(p) => format!("no ({})", p.ended.as_str()),
+    }
+}
+
+/// The leases as an aligned table with a header.
+fn table(leases: &[LeaseInfo]) -> String {
+    let header = [
+        "WORK ID",
+        "HOLDER",
+        "FENCING TOKEN",
+        "EXPIRES IN",
+        "CHECKPOINT",
+        "CLEAN HAND-OFF",
+    ];
+    let rows: Vec<[String; 6]> = leases
+        .iter()
+        .map(|info| {
+            [
+                info.work_id.to_string(),
+                info.holder_id.clone(),
+                info.fencing_token.to_string(),
+                expires(info),
+                format!("{} B", info.checkpoint_bytes),
+                handoff(info),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            if i + 1 < cells.len() {
+                text.extend(std::iter::repeat_n(' ', w - cell.chars().count()));
+            }
+        }
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(&header);
+    for row in &rows {
+        line(&row.each_ref().map(String::as_str));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+    use worklease::{Handoff, PreviousHolder, WorkId};
+
+    fn info(work_id: &str, released: bool, expired: bool) -> LeaseInfo {
+        LeaseInfo {
+            work_id: WorkId::new(work_id).unwrap(),
+            holder_id: "host:1".to_string(),
+            fencing_token: 7,
+            expires_at: UNIX_EPOCH + Duration::from_millis(1_767_225_600_123),
+            expires_in: (!expired).then(|| Duration::from_millis(4200)),
+            expired,
+            released,
+            checkpoint_bytes: 12,
+            handoff: Handoff {
+                previous: Some(PreviousHolder {
+                    holder_id: "host:0".to_string(),
+                    fencing_token: 6,
+                    ended: LeaseEnd::Released,
+                }),
+            },
+        }
+    }
+
+    #[test]
+    fn json_has_exactly_the_spec_fields() {
+        let i = info("job", false, false);
+        let v: serde_json::Value = serde_json::to_value(LeaseJson::from(&i)).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "checkpoint_bytes",
+                "clean_handoff",
+                "expired",
+                "expires_at",
+                "fencing_token",
+                "holder_id",
+                "released",
+                "work_id"
+            ]
+        );
+        assert_eq!(v["expires_at"], "2026-01-01T00:00:00.123Z");
+        assert_eq!(v["clean_handoff"], true);
+    }
+
+    #[test]
+    fn table_is_aligned_and_readable() {
+        let t = table(&[info("a-long-work-id", false, false), info("b", true, true)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].starts_with("WORK ID         HOLDER"), "{t}");
+        assert!(
+            lines[1].contains("4.2s") && lines[1].contains("12 B") && lines[1].ends_with("yes"),
+            "{t}"
+        );
+        assert!(lines[2].contains("released"), "{t}");
+        let col = lines[0].find("HOLDER").unwrap();
+        assert_eq!(lines[1].find("host:1"), Some(col), "{t}");
+        assert_eq!(lines[2].find("host:1"), Some(col), "{t}");
+    }
+}

@@ -1,0 +1,818 @@
+//! End-to-end tests: real `worklease` processes against a SQLite file in a
+//! temporary directory.
+//!
+//! Synchronisation is by signals the processes give (a file a child
+//! creates, a line `worklease` writes to stderr), polled in bounded loops;
+//! no sleep stands in for an event.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use worklease::Token;
+
+const BIN: &str = env!("CARGO_BIN_EXE_worklease");
+
+/// A child script that marks itself started (`$D/<name>.started`, its PID
+/// in `$D/<name>.pid`) and runs until `$D/<name>.stop` exists.
+fn holder_script(name: &str) -> String {
+    format!(
+        "echo $$ > \"$D/{name}.pid\"; echo \"$WORKLEASE_FENCING_TOKEN\" > \"$D/{name}.token\"; \
+         touch \"$D/{name}.started\"; while [ ! -e \"$D/{name}.stop\" ]; do sleep 0.02; done"
+    )
+}
+
+/// One test's world: a temporary directory with the store file in it.
+struct World {
+    dir: tempfile::TempDir,
+    store: String,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("sqlite:{}", dir.path().join("store/leases.db").display());
+        Self { dir, store }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `worklease ARGS` with this world's store and `$D`, `$WL` for child
+    /// scripts, and none of the caller's WORKLEASE_* variables.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("WORKLEASE_TOKEN")
+            .env_remove("WORKLEASE_HOME")
+            .env_remove("RUST_LOG")
+            .env("WORKLEASE_STORE", &self.store)
+            .env("D", self.dir.path())
+            .env("WL", BIN)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().expect("run worklease")
+    }
+
+    /// Starts `worklease ARGS` in the background; its stderr lines arrive on
+    /// a channel.
+    fn spawn(&self, args: &[&str]) -> Running {
+        let mut child = self
+            .cmd(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn worklease");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    fn touch(&self, name: &str) {
+        std::fs::write(self.path(name), b"").expect("touch");
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_else(|e| panic!("read {name}: {e}"))
+    }
+
+    fn read_token(&self, name: &str) -> u64 {
+        self.read(name).trim().parse().expect("a fencing token")
+    }
+
+    /// Waits (bounded) until the file `name` exists.
+    fn wait_for_file(&self, name: &str, timeout: Duration) {
+        let path = self.path(name);
+        assert!(
+            poll_until(timeout, || path.exists()),
+            "{} did not appear within {timeout:?}",
+            path.display()
+        );
+    }
+}
+
+/// A background `worklease`; killed if the test ends without waiting.
+struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("pid")
+    }
+
+    /// Waits (bounded) for a stderr line containing `needle`.
+    fn wait_for_line(&mut self, needle: &str, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "no stderr line with {needle:?} within {timeout:?}; saw: {:#?}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits (bounded) for the exit; returns the status and all stderr.
+    fn wait(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let end = Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < end,
+                "worklease did not exit within {timeout:?}; stderr so far: {:#?}",
+                self.seen
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The reader thread ends at EOF, which follows the exit (children of
+        // the child inherit nothing of worklease's stderr pipe but theirs).
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        (status, self.seen.join("\n"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
+fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| panic!("worklease ended by a signal: {status:?}"))
+}
+
+const LONG: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_second_run_exits_75_naming_the_holder() {
+    let w = World::new();
+    let first = w.spawn(&[
+        "run",
+        "--ttl",
+        "5s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+
+    let second = w.output(&[
+        "run",
+        "--holder",
+        "beta",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "touch \"$D/b.ran\"",
+    ]);
+    assert_eq!(second.status.code(), Some(75), "{}", stderr(&second));
+    let err = stderr(&second);
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err}"
+    );
+    assert!(
+        err.contains("\"alpha\"") && err.contains("expires in"),
+        "{err}"
+    );
+    assert!(!w.path("b.ran").exists(), "the second child must not run");
+
+    w.touch("a.stop");
+    let (status, err) = first.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn a_waiting_run_runs_after_the_first_with_a_larger_fencing_token() {
+    let w = World::new();
+    let first = w.spawn(&[
+        "run",
+        "--ttl",
+        "5s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+
+    let script = "echo \"$WORKLEASE_FENCING_TOKEN\" > \"$D/b.token\"; test -e \"$D/a.stop\"";
+    let mut second = w.spawn(&[
+        "-v", "run", "--wait", "--poll", "100ms", "--holder", "beta", "job", "--", "sh", "-c",
+        script,
+    ]);
+    second.wait_for_line("waiting for it", LONG);
+    assert!(
+        !w.path("b.token").exists(),
+        "the second child ran while the first held the lease"
+    );
+
+    w.touch("a.stop");
+    let (status, err) = first.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    // The second child checks that the first was told to stop before it ran.
+    let (status, err) = second.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    assert!(w.read_token("b.token") > w.read_token("a.token"));
+}
+
+#[test]
+fn sigkill_of_a_holder_lets_a_waiter_in_within_ttl_plus_poll() {
+    let w = World::new();
+    let ttl = Duration::from_secs(1);
+    let poll = Duration::from_millis(200);
+    let first = w.spawn(&[
+        "run",
+        "--ttl",
+        "1s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let first_child: i32 = w.read("a.pid").trim().parse().expect("pid");
+
+    let mut second = w.spawn(&[
+        "-v",
+        "run",
+        "--wait",
+        "--poll",
+        "200ms",
+        "--holder",
+        "beta",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("b"),
+    ]);
+    second.wait_for_line("waiting for it", LONG);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the holder");
+    let killed = Instant::now();
+    w.wait_for_file("b.started", LONG);
+    let took = killed.elapsed();
+    // TTL + poll interval, plus room for starting a process on a busy machine.
+    assert!(
+        took < ttl + poll + Duration::from_millis(1500),
+        "took {took:?}"
+    );
+    assert!(w.read_token("b.token") > w.read_token("a.token"));
+
+    // The dead holder's child did not outlive it.
+    assert!(
+        poll_until(Duration::from_secs(5), || process_gone(first_child)),
+        "the child of the killed worklease still runs"
+    );
+    drop(first);
+
+    w.touch("b.stop");
+    let (status, err) = second.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn release_force_stops_the_child_and_run_exits_76() {
+    let w = World::new();
+    let script = format!(
+        "trap 'touch \"$D/got_term\"; exit 0' TERM; {}",
+        holder_script("a")
+    );
+    let run = w.spawn(&[
+        "run", "--ttl", "1s", "--grace", "5s", "--holder", "alpha", "job", "--", "sh", "-c",
+        &script,
+    ]);
+    w.wait_for_file("a.started", LONG);
+
+    let refused = w.output(&["release", "job"]);
+    assert_eq!(refused.status.code(), Some(64), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+
+    let out = w.output(&["release", "--force", "job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("revoked") && said.contains("\"alpha\""),
+        "{said}"
+    );
+
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(w.path("got_term").exists(), "the child did not get SIGTERM");
+    assert!(err.contains("SIGTERM"), "{err}");
+
+    let unknown = w.output(&["release", "--force", "no-such-job"]);
+    assert_eq!(unknown.status.code(), Some(1), "{}", stderr(&unknown));
+}
+
+#[test]
+fn the_child_sees_every_worklease_variable() {
+    let w = World::new();
+    let script = "env | grep '^WORKLEASE_' > \"$D/env.txt\"";
+    let out = w.output(&[
+        "run",
+        "--holder",
+        "alpha",
+        "jobs/env test",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let env: std::collections::HashMap<String, String> = w
+        .read("env.txt")
+        .lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    assert_eq!(env["WORKLEASE_WORK_ID"], "jobs/env test");
+    assert_eq!(env["WORKLEASE_HOLDER_ID"], "alpha");
+    assert_eq!(env["WORKLEASE_STORE"], w.store);
+    let token: Token = env["WORKLEASE_TOKEN"]
+        .parse()
+        .expect("the token's text form");
+    assert_eq!(token.work_id().as_str(), "jobs/env test");
+    assert_eq!(token.holder_id().as_str(), "alpha");
+    assert_eq!(
+        env["WORKLEASE_FENCING_TOKEN"],
+        token.fencing_token().to_string()
+    );
+
+    // The default holder ID is <hostname>:<pid of worklease>.
+    let run = w.spawn(&[
+        "run",
+        "job2",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$WORKLEASE_HOLDER_ID\" > \"$D/holder\"",
+    ]);
+    let pid = run.pid();
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    let host = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8");
+    assert_eq!(w.read("holder").trim(), format!("{host}:{pid}"));
+}
+
+#[test]
+fn the_childs_exit_status_is_passed_through() {
+    let w = World::new();
+    let status = |script: &str| {
+        w.output(&["run", "job", "--", "sh", "-c", script])
+            .status
+            .code()
+    };
+    assert_eq!(status("exit 0"), Some(0));
+    assert_eq!(status("exit 3"), Some(3));
+    assert_eq!(status("kill -TERM $$"), Some(128 + 15));
+    assert_eq!(status("kill -KILL $$"), Some(128 + 9));
+    let missing = w.output(&["run", "job", "--", "/no/such/command"]);
+    assert_eq!(missing.status.code(), Some(127), "{}", stderr(&missing));
+    // Every run above released the lease: the next one is not held.
+    assert_eq!(status("true"), Some(0));
+}
+
+#[test]
+fn sigterm_to_run_is_forwarded_to_the_child() {
+    let w = World::new();
+    let script = format!(
+        "trap 'touch \"$D/got_term\"; exit 7' TERM; {}",
+        holder_script("a")
+    );
+    let run = w.spawn(&["run", "job", "--", "sh", "-c", &script]);
+    w.wait_for_file("a.started", LONG);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal worklease");
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 7, "{err}");
+    assert!(w.path("got_term").exists());
+    // Released: the next holder gets a clean hand-off at once.
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["released"], true);
+}
+
+/// All 256 byte values, twice.
+fn binary_data() -> Vec<u8> {
+    (0..512u32).map(|i| (i % 256) as u8).collect()
+}
+
+fn checkpoint_json(w: &World, file: &str) -> serde_json::Value {
+    serde_json::from_str(&w.read(file)).unwrap_or_else(|e| panic!("{file}: {e}: {}", w.read(file)))
+}
+
+#[test]
+fn checkpoints_round_trip_binary_data_with_a_clean_hand_off() {
+    let w = World::new();
+    let data = binary_data();
+    std::fs::write(w.path("data.bin"), &data).expect("write data");
+
+    let set = "\"$WL\" checkpoint set < \"$D/data.bin\"";
+    let out = w.output(&["run", "--holder", "alpha", "job", "--", "sh", "-c", set]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let get = "\"$WL\" checkpoint get > \"$D/out.bin\" 2> \"$D/get.err\" && \"$WL\" checkpoint get --json > \"$D/get.json\"";
+    let out = w.output(&["run", "--holder", "beta", "job", "--", "sh", "-c", get]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read(w.path("out.bin")).expect("out.bin"), data);
+    let note = w.read("get.err");
+    assert!(
+        note.contains("clean hand-off: yes") && note.contains("\"alpha\""),
+        "{note}"
+    );
+    let json = checkpoint_json(&w, "get.json");
+    assert_eq!(json["clean_handoff"], true);
+    assert_eq!(json["checkpoint_bytes"], data.len());
+    assert_eq!(
+        json["checkpoint_text"],
+        serde_json::Value::Null,
+        "not UTF-8"
+    );
+    assert_eq!(json["previous_holder"]["holder_id"], "alpha");
+    assert_eq!(json["previous_holder"]["ended"], "released");
+    assert!(json["checkpoint_base64"]
+        .as_str()
+        .is_some_and(|s| s.len() == 684));
+
+    // A text checkpoint given as an argument.
+    let out = w.output(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "\"$WL\" checkpoint set 'page 7'",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = w.output(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "\"$WL\" checkpoint get --json > \"$D/text.json\"",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        checkpoint_json(&w, "text.json")["checkpoint_text"],
+        "page 7"
+    );
+}
+
+#[test]
+fn after_a_sigkilled_holder_the_hand_off_is_not_clean() {
+    let w = World::new();
+    let script = format!("\"$WL\" checkpoint set 'page 7' && {}", holder_script("a"));
+    let first = w.spawn(&[
+        "run", "--ttl", "1s", "--holder", "alpha", "job", "--", "sh", "-c", &script,
+    ]);
+    w.wait_for_file("a.started", LONG);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9 the holder");
+    drop(first);
+
+    let get = "\"$WL\" checkpoint get > \"$D/out.txt\" 2> \"$D/get.err\" && \"$WL\" checkpoint get --json > \"$D/get.json\"";
+    let out = w.output(&[
+        "run", "--wait", "--poll", "100ms", "job", "--", "sh", "-c", get,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(w.read("out.txt"), "page 7");
+    assert!(
+        w.read("get.err").contains("clean hand-off: no"),
+        "{}",
+        w.read("get.err")
+    );
+    let json = checkpoint_json(&w, "get.json");
+    assert_eq!(json["clean_handoff"], false);
+    assert_eq!(json["previous_holder"]["ended"], "expired");
+    assert_eq!(json["previous_holder"]["holder_id"], "alpha");
+}
+
+#[test]
+fn a_checkpoint_from_a_stale_token_exits_76_and_writes_nothing() {
+    let w = World::new();
+    let first = "\"$WL\" checkpoint set first && printf %s \"$WORKLEASE_TOKEN\" > \"$D/token1\"";
+    let out = w.output(&["run", "job", "--", "sh", "-c", first]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = w.output(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "\"$WL\" checkpoint set second",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let stale = w.read("token1");
+    let out = w.output(&["checkpoint", "set", "--token", &stale, "stale"]);
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was written"),
+        "{}",
+        stderr(&out)
+    );
+    let out = w.output(&["checkpoint", "get", "--token", &stale]);
+    assert_eq!(out.status.code(), Some(76), "{}", stderr(&out));
+
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["checkpoint_bytes"], "second".len());
+}
+
+#[test]
+fn usage_errors_exit_64() {
+    let w = World::new();
+    let cases: &[&[&str]] = &[
+        &["run", "--ttl", "0", "job", "--", "true"],
+        &["run", "--ttl", "soon", "job", "--", "true"],
+        &["run", "", "--", "true"],
+        &["run", "--store", "bogus://x", "job", "--", "true"],
+        &["run", "--store", "/tmp/leases.db", "job", "--", "true"],
+        &["run", "job"],
+        &["run", "--no-such-flag", "job", "--", "true"],
+        &["status", "--store", "bogus://x"],
+        &["release", "job"],
+        &["checkpoint", "set", "data"],
+        &["checkpoint", "get", "--token", "not-a-token"],
+        &[],
+    ];
+    for args in cases {
+        let out = w.output(args);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "worklease {args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            !stderr(&out).trim().is_empty(),
+            "worklease {args:?} said nothing"
+        );
+    }
+    let out = w.output(&["run", "--store", "bogus://x", "job", "--", "true"]);
+    assert!(
+        stderr(&out).contains("unknown store scheme"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Credentials never show.
+    let out = w.output(&["status", "--store", "postgres://app:hunter2@db/leases"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        !stderr(&out).contains("hunter2") && stderr(&out).contains("not built yet"),
+        "{}",
+        stderr(&out)
+    );
+
+    for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
+        let out = w.output(args);
+        assert_eq!(out.status.code(), Some(0), "worklease {args:?}");
+    }
+    let help = String::from_utf8_lossy(&w.output(&["--help"]).stdout).into_owned();
+    assert!(
+        help.contains("75") && help.contains("76") && help.contains("64"),
+        "{help}"
+    );
+}
+
+#[test]
+fn status_shows_live_and_released_leases() {
+    let w = World::new();
+    let out = w.output(&[
+        "run",
+        "done",
+        "--",
+        "sh",
+        "-c",
+        "\"$WL\" checkpoint set abc",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = w.output(&["run", "done", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let live = w.spawn(&[
+        "run",
+        "--ttl",
+        "10s",
+        "--holder",
+        "alpha",
+        "live",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+
+    let out = w.output(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    let fields: BTreeSet<&str> = [
+        "work_id",
+        "holder_id",
+        "fencing_token",
+        "expires_at",
+        "expired",
+        "released",
+        "checkpoint_bytes",
+        "clean_handoff",
+    ]
+    .into();
+    for v in &lines {
+        let keys: BTreeSet<&str> = v
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, fields);
+        humantime::parse_rfc3339(v["expires_at"].as_str().expect("string")).expect("RFC 3339");
+    }
+    let done = &lines[0];
+    assert_eq!(done["work_id"], "done");
+    assert_eq!(done["released"], true);
+    assert_eq!(done["expired"], true);
+    assert_eq!(done["checkpoint_bytes"], 3);
+    assert_eq!(done["clean_handoff"], true);
+    let held = &lines[1];
+    assert_eq!(held["work_id"], "live");
+    assert_eq!(held["holder_id"], "alpha");
+    assert_eq!(held["fencing_token"], w.read_token("a.token"));
+    assert_eq!(held["released"], false);
+    assert_eq!(held["expired"], false);
+    assert_eq!(held["clean_handoff"], false);
+
+    let out = w.output(&["status"]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.contains("WORK ID") && table.contains("CLEAN HAND-OFF"),
+        "{table}"
+    );
+    assert!(
+        table.contains("alpha") && table.contains("released"),
+        "{table}"
+    );
+
+    let out = w.output(&["status", "--json", "live", "nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
+
+    w.touch("a.stop");
+    let (status, err) = live.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_gets_sigkill_after_the_grace() {
+    let w = World::new();
+    let script = format!("trap '' TERM; {}", holder_script("a"));
+    let run = w.spawn(&[
+        "run", "--ttl", "1s", "--grace", "300ms", "job", "--", "sh", "-c", &script,
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+
+    let out = w.output(&["release", "--force", "job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(process_gone(child), "the child survived SIGKILL");
+}
+
+#[test]
+fn a_signal_ends_a_wait_with_128_plus_n() {
+    let w = World::new();
+    let first = w.spawn(&[
+        "run",
+        "--ttl",
+        "5s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let mut second = w.spawn(&[
+        "-v",
+        "run",
+        "--wait",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("b"),
+    ]);
+    second.wait_for_line("waiting for it", LONG);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(second.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal the waiting worklease");
+    let (status, err) = second.wait(LONG);
+    assert_eq!(code(status), 128 + 15, "{err}");
+    assert!(!w.path("b.started").exists());
+
+    w.touch("a.stop");
+    let (status, err) = first.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}

@@ -1,0 +1,250 @@
+//! Election checks: one leader at a time, fast graceful hand-over,
+//! increasing generations, the event stream, and a leader cut off from its
+//! store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::Suite;
+use crate::election::{Elector, EventKind};
+use crate::error::Error;
+use crate::store::fault::FaultStore;
+use crate::store::LeaseStore;
+use crate::WorkId;
+
+const POLL: Duration = Duration::from_millis(500);
+
+fn elector(s: &Suite, store: Arc<dyn LeaseStore>, election: &str, owner: &str) -> Elector {
+    Elector::builder(store, election, owner)
+        .ttl(s.ttl)
+        .poll_interval(POLL)
+        .build()
+        .expect("valid elector")
+}
+
+/// Three candidates: exactly one leads at any time; a leader that steps
+/// down hands leadership to a standby within one poll interval (not a TTL);
+/// generations strictly increase with every change of leader.
+pub async fn election_one_leader_and_fast_handover(s: &Suite) {
+    let election = s.work_id("election");
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let step_down = Arc::new(Notify::new());
+    let mut tasks = Vec::new();
+    for owner in ["cand-a", "cand-b", "cand-c"] {
+        let e = elector(s, s.store.clone(), &election, owner);
+        let (tx, step_down) = (started_tx.clone(), step_down.clone());
+        tasks.push(tokio::spawn(async move {
+            e.lead(|l| async move {
+                tx.send((l.state().owner.clone(), l.generation(), Instant::now())).expect("test alive");
+                let lost = l.lost();
+                tokio::select! {
+                    _ = step_down.notified() => {}
+                    _ = lost.cancelled() => panic!("leadership of {} lost while renewing", l.state().owner),
+                }
+                Instant::now()
+            })
+            .await
+            .expect("lead")
+        }));
+    }
+    let mut leaders = Vec::new();
+    let mut last_end: Option<Instant> = None;
+    for _ in 0..3 {
+        let (owner, generation, at) = started.recv().await.expect("a candidate leads");
+        if let Some(end) = last_end {
+            assert!(
+                at - end <= POLL + POLL / 5,
+                "hand-over took {:?}, more than a poll interval",
+                at - end
+            );
+        }
+        // Renewals keep the leader; nobody else leads meanwhile.
+        tokio::time::sleep(s.ttl * 2).await;
+        assert!(
+            started.try_recv().is_err(),
+            "S1: a second candidate led while {owner} led"
+        );
+        let state = elector(s, s.store.clone(), &election, "observer")
+            .leader()
+            .await
+            .expect("a leader");
+        assert_eq!(
+            (state.owner.as_str(), state.generation),
+            (owner.as_str(), generation)
+        );
+        leaders.push((owner, generation));
+        last_end = Some(Instant::now());
+        step_down.notify_one();
+    }
+    for t in tasks {
+        t.await.expect("candidate task");
+    }
+    let generations: Vec<u64> = leaders.iter().map(|l| l.1).collect();
+    assert!(
+        generations.windows(2).all(|w| w[0] < w[1]),
+        "generations must increase: {leaders:?}"
+    );
+    let owners: std::collections::HashSet<_> = leaders.iter().map(|l| l.0.clone()).collect();
+    assert_eq!(owners.len(), 3, "each candidate led once: {leaders:?}");
+    let e = elector(s, s.store.clone(), &election, "observer");
+    assert!(
+        matches!(e.leader().await, Err(Error::NoLease { .. })),
+        "nobody leads after the last stepped down"
+    );
+}
+
+/// The event stream of a candidate that leads, loses and leads again reads
+/// `Acquired, Renewed…, Lost, Acquired`; the second generation is larger.
+pub async fn election_event_stream(s: &Suite) {
+    let election = s.work_id("events");
+    let e = elector(s, s.store.clone(), &election, "cand-events");
+    let mut events = e.run();
+    let first = events.next().await.expect("event");
+    assert_eq!(first.kind, EventKind::Acquired);
+    let mut kinds = vec![first.kind];
+    loop {
+        let ev = events.next().await.expect("event");
+        kinds.push(ev.kind);
+        if ev.kind == EventKind::Renewed && kinds.len() == 3 {
+            // Two renewals seen: an operator takes leadership away.
+            s.store
+                .revoke(&WorkId::new(election.clone()).expect("valid"))
+                .await
+                .expect("revoke");
+        }
+        if ev.kind == EventKind::Lost {
+            assert!(
+                matches!(ev.error, Some(Error::Fenced { .. })),
+                "lost after revocation: {:?}",
+                ev.error
+            );
+            break;
+        }
+    }
+    let again = events.next().await.expect("event");
+    assert_eq!(again.kind, EventKind::Acquired);
+    assert!(again.state.generation > first.state.generation);
+    kinds.push(again.kind);
+    assert_eq!(
+        kinds,
+        [
+            EventKind::Acquired,
+            EventKind::Renewed,
+            EventKind::Renewed,
+            EventKind::Lost,
+            EventKind::Acquired
+        ]
+    );
+    // Dropping the stream releases leadership promptly.
+    drop(events);
+    let standby = elector(s, s.store.clone(), &election, "cand-standby");
+    let t0 = Instant::now();
+    standby.lead(|_| async {}).await.expect("standby leads");
+    assert!(
+        t0.elapsed() <= POLL + POLL / 5,
+        "a dropped campaign released within a poll interval"
+    );
+}
+
+/// A leader whose store becomes unreachable sees its signal fire by its
+/// lease deadline, and a standby leads only after that.
+pub async fn election_leader_cut_off(s: &Suite) {
+    let election = s.work_id("cutoff");
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    let leader = elector(s, faulty.clone(), &election, "cand-cut");
+    let standby = elector(s, s.store.clone(), &election, "cand-standby");
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+    let faulty2 = faulty.clone();
+    let sent = Instant::now();
+    let lead = tokio::spawn(async move {
+        leader
+            .lead(|l| async move {
+                faulty2.set_unreachable(true);
+                l.lost().cancelled().await;
+                let _ = lost_tx.send((Instant::now(), l.lost_cause()));
+            })
+            .await
+            .expect("lead")
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let standby_got = tokio::spawn(async move {
+        standby
+            .lead(|l| async move { (Instant::now(), l.generation()) })
+            .await
+    });
+    let (lost_at, cause) = lost_rx.await.expect("the leader's signal fires");
+    assert!(
+        matches!(cause, Some(Error::WindowExhausted { .. })),
+        "cause: {cause:?}"
+    );
+    assert!(
+        lost_at <= sent + s.ttl,
+        "signal fired {:?} after the campaign began, later than the TTL",
+        lost_at - sent
+    );
+    let (standby_at, _) = standby_got.await.expect("task").expect("standby leads");
+    assert!(
+        standby_at >= lost_at,
+        "S1: the standby led before the cut-off leader's signal fired"
+    );
+    lead.await.expect("leader task");
+}
+
+/// Dropping a `lead` future (shutdown, cancellation) releases leadership:
+/// a standby leads within one poll interval.
+pub async fn election_dropped_lead_releases(s: &Suite) {
+    let election = s.work_id("dropped");
+    let leader = elector(s, s.store.clone(), &election, "cand-dropped");
+    let (led_tx, led_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        leader
+            .lead(|_| async move {
+                let _ = led_tx.send(());
+                std::future::pending::<()>().await
+            })
+            .await
+    });
+    led_rx.await.expect("leads");
+    task.abort();
+    let _ = task.await;
+    let t0 = Instant::now();
+    let standby = elector(s, s.store.clone(), &election, "cand-standby");
+    standby.lead(|_| async {}).await.expect("standby leads");
+    assert!(
+        t0.elapsed() <= POLL + POLL / 5,
+        "a dropped lead released within a poll interval, took {:?}",
+        t0.elapsed()
+    );
+}
+
+/// Bad elector settings are refused, naming the rule that broke.
+pub async fn election_bad_config(s: &Suite) {
+    let b = || Elector::builder(s.store.clone(), s.work_id("cfg"), "cand");
+    let e = b()
+        .ttl(Duration::from_secs(3))
+        .renew_interval(Duration::from_secs(3))
+        .build()
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("renew interval"), "{e}");
+    let e = b()
+        .poll_interval(Duration::ZERO)
+        .build()
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("poll interval"), "{e}");
+    let e = b()
+        .release_timeout(Duration::ZERO)
+        .build()
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("release timeout"), "{e}");
+    assert!(Elector::builder(s.store.clone(), "", "cand")
+        .build()
+        .is_err());
+    assert!(b().ttl(Duration::ZERO).build().is_err());
+}

@@ -1,0 +1,155 @@
+//! The shared conformance suite (feature `testkit`): one `async fn` per
+//! property of the store contract (SPEC §3: S1–S5, L1, bad input), each
+//! taking a store, as `object_store`'s `integration.rs` does. A new
+//! guarantee is one new function here, and every store gets it through
+//! [`conformance_tests!`](crate::conformance_tests).
+//!
+//! The checks measure time with tokio's clock and wait with
+//! [`tokio::time::sleep`]: on a paused runtime (`start_paused = true`) they
+//! run in no real time; on a real runtime (servers whose clock cannot be
+//! paused) they sleep for real, so keep [`Suite::ttl`] short there. Every
+//! check uses fresh work IDs under a random prefix, so checks may share a
+//! store, also with other test runs.
+//!
+//! Checks panic with a message naming the property when a store breaks it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::store::LeaseStore;
+use crate::{AcquireOptions, Config, Leases, WorkId};
+
+mod election;
+mod leases;
+
+pub use election::*;
+pub use leases::*;
+
+/// The store under test and the TTL the checks use.
+#[derive(Clone)]
+pub struct Suite {
+    /// The store.
+    pub store: Arc<dyn LeaseStore>,
+    /// The lease TTL of the checks; default 1500 ms (a store with a coarser
+    /// clock must still keep it: SPEC asks for millisecond TTLs).
+    pub ttl: Duration,
+    pub(crate) prefix: String,
+}
+
+impl Suite {
+    /// A suite over `store` with the default TTL.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Self {
+            store,
+            ttl: Duration::from_millis(1500),
+            prefix: format!("conformance-{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// A fresh work ID for one check.
+    pub fn work_id(&self, name: &str) -> String {
+        format!("{}/{name}-{:08x}", self.prefix, rand::random::<u32>())
+    }
+
+    /// A [`Leases`] handle for `holder` on the store.
+    pub fn holder(&self, holder: &str) -> Leases {
+        self.holder_on(self.store.clone(), holder)
+    }
+
+    pub(crate) fn holder_on(&self, store: Arc<dyn LeaseStore>, holder: &str) -> Leases {
+        Leases::new(store, Config::new(holder, self.ttl)).expect("valid test config")
+    }
+
+    /// Waits until a lease acquired before now has expired by every clock:
+    /// its TTL from now, plus a little.
+    pub(crate) async fn outlive(&self) {
+        tokio::time::sleep(self.ttl + Duration::from_millis(20)).await;
+    }
+
+    pub(crate) async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {
+        let id = WorkId::new(work_id).expect("valid work ID");
+        self.store
+            .inspect(&[id])
+            .await
+            .expect("inspect")
+            .into_iter()
+            .next()
+    }
+}
+
+pub(crate) fn fast() -> AcquireOptions {
+    AcquireOptions::new()
+}
+
+#[track_caller]
+pub(crate) fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+    match r {
+        Err(Error::Fenced { .. }) => {}
+        other => panic!("S3: {what} with a taken-over token must fail with Fenced, got {other:?}"),
+    }
+}
+
+#[track_caller]
+pub(crate) fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+    match r {
+        Err(Error::Expired { .. }) => {}
+        other => panic!(
+            "S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"
+        ),
+    }
+}
+
+/// Instantiates every conformance check as its own `#[tokio::test]` for a
+/// store. `$make` is an async block or expression giving a [`Suite`];
+/// `$paused` chooses a paused tokio clock (stores whose clock follows
+/// tokio's) or real time (servers).
+///
+/// ```no_run
+/// // In a store's tests (here: tests/conformance.rs of this crate).
+/// worklease::conformance_tests!(memory, paused = true, async {
+///     worklease::conformance::Suite::new(std::sync::Arc::new(
+///         worklease::store::memory::MemoryStore::new(),
+///     ))
+/// });
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($name:ident, paused = $paused:tt, $make:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance_tests!(@one $paused, $make, bad_input);
+            $crate::conformance_tests!(@one $paused, $make, mutual_exclusion);
+            $crate::conformance_tests!(@one $paused, $make, fencing_tokens_increase);
+            $crate::conformance_tests!(@one $paused, $make, stale_writers_lose);
+            $crate::conformance_tests!(@one $paused, $make, checkpoints_survive);
+            $crate::conformance_tests!(@one $paused, $make, handoff_flag);
+            $crate::conformance_tests!(@one $paused, $make, liveness);
+            $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
+            $crate::conformance_tests!(@one $paused, $make, ttl_precision);
+            $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
+            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
+            $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
+            $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
+            $crate::conformance_tests!(@one $paused, $make, election_event_stream);
+            $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);
+            $crate::conformance_tests!(@one $paused, $make, election_dropped_lead_releases);
+            $crate::conformance_tests!(@one $paused, $make, election_bad_config);
+
+            #[tokio::test(start_paused = $paused)]
+            async fn concurrent_stress() {
+                let suite = $make.await;
+                $crate::conformance::concurrent_stress(&suite, 8, 40).await;
+            }
+        }
+    };
+    (@one $paused:tt, $make:expr, $check:ident) => {
+        #[tokio::test(start_paused = $paused)]
+        async fn $check() {
+            let suite = $make.await;
+            $crate::conformance::$check(&suite).await;
+        }
+    };
+}

@@ -1,0 +1,550 @@
+//! Leader election on leases: the `hoplock` API (SPEC §2).
+//!
+//! One election is one work ID; its leader is the holder of that lease, and
+//! the leader's **generation is its fencing token**, so it strictly
+//! increases with every change of leader and can fence a stale leader's
+//! writes downstream. Expiry is judged as for every lease (the store's clock,
+//! or the observation rule for a bare register): unlike `hoplock`, no
+//! candidate compares its wall clock with a stored expiry.
+//!
+//! * [`Elector::lead`] waits to lead, runs a function with a signal that
+//!   fires the moment leadership is lost, and releases when the function
+//!   returns (bounded by the release timeout), also when the `lead` future
+//!   is dropped.
+//! * [`Elector::run`] campaigns for as long as its [`Campaign`] stream is
+//!   polled, yielding [`Event`]s (`Acquired`, `Renewed`, `Lost`), and
+//!   campaigns again after a loss; dropping the stream releases.
+//! * [`Elector::leader`] tells who leads now, without campaigning.
+//!
+//! What it does not guarantee: that a leader's *actions* stop the instant
+//! its lease ends. The lost signal fires at the holder's deadline (send
+//! time of its last successful renewal + TTL − safety margin), before any
+//! other candidate can lead; work that ignores the signal, or a process
+//! frozen past the deadline, can still act late. Pass the generation to
+//! downstream systems and have them reject smaller ones.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures_util::Stream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::lease::{AcquireOptions, Config, Leases};
+use crate::limits::WorkId;
+use crate::renewal::{Renewal, RenewalOptions};
+use crate::store::LeaseStore;
+use crate::token::Token;
+
+/// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses
+/// it only to report [`State::is_expired`] and [`State::ttl`]; no decision
+/// of the elector depends on it (those use the store's clock and tokio's
+/// monotonic clock, which tests pause).
+pub trait Clock: Send + Sync + 'static {
+    /// The current wall-clock time.
+    fn now(&self) -> SystemTime;
+}
+
+/// The host's wall clock; the default [`Clock`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// Who leads an election (hoplock: `State`).
+#[derive(Clone)]
+pub struct State {
+    /// The leader's owner (holder) ID.
+    pub owner: String,
+    /// The leader's generation: its fencing token.
+    pub generation: u64,
+    /// When its lease expires, by the wall clock (informational).
+    pub expires_at: SystemTime,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("owner", &self.owner)
+            .field("generation", &self.generation)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+impl State {
+    fn from_token(t: &Token, clock: &Arc<dyn Clock>) -> Self {
+        Self {
+            owner: t.holder_id().to_string(),
+            generation: t.fencing_token(),
+            expires_at: t.expires_at(),
+            clock: clock.clone(),
+        }
+    }
+
+    /// True once [`State::expires_at`] has passed by the elector's clock.
+    pub fn is_expired(&self) -> bool {
+        self.clock.now() >= self.expires_at
+    }
+
+    /// Time left before [`State::expires_at`] by the elector's clock; zero
+    /// once expired.
+    pub fn ttl(&self) -> Duration {
+        self.expires_at
+            .duration_since(self.clock.now())
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// What a campaign reports (hoplock: `Event.Kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// This candidate became leader.
+    Acquired,
+    /// Its leadership was renewed.
+    Renewed,
+    /// It lost leadership (the event's error says why).
+    Lost,
+}
+
+/// One event of a [`Campaign`] (hoplock: `Event`).
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The leadership it concerns.
+    pub state: State,
+    /// Why leadership was lost (`Fenced`, `Expired` or `WindowExhausted`),
+    /// for [`EventKind::Lost`].
+    pub error: Option<Error>,
+}
+
+/// Settings of an [`Elector`], checked by [`ElectorBuilder::build`].
+pub struct ElectorBuilder {
+    store: Arc<dyn LeaseStore>,
+    election: String,
+    owner: String,
+    ttl: Duration,
+    renew_interval: Option<Duration>,
+    poll_interval: Duration,
+    release_timeout: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+impl ElectorBuilder {
+    /// The lease TTL of the leadership; default 15 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often the leader renews; default TTL/3. Must be shorter than
+    /// TTL − safety margin (TTL/10), so that a failed renewal has time for
+    /// retries.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// How often a candidate retries to lead; default 2 s; must be at least
+    /// 1 ms. A release wakes candidates at once where the store notifies.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long a release may take when leadership ends; default 5 s; must
+    /// be at least 1 ms.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// The wall clock for [`State`]; default [`SystemClock`].
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Checks the settings (like client-go's leader election: each rule
+    /// that breaks is named) and builds the elector.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad election name (a work ID), owner (a
+    /// holder ID) or TTL, a renew interval not shorter than TTL − safety
+    /// margin, or a poll interval or release timeout under 1 ms.
+    pub fn build(self) -> Result<Elector> {
+        let election = WorkId::new(self.election)?;
+        let leases = Leases::new(self.store, Config::new(self.owner, self.ttl))?;
+        let renewal = match self.renew_interval {
+            Some(i) => RenewalOptions::new().interval(i),
+            None => RenewalOptions::new(),
+        };
+        let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
+        if let Some(i) = self.renew_interval {
+            let window = leases.ttl() - leases.safety_margin();
+            if i < Duration::from_millis(1) || i >= window {
+                return rule(format!(
+                    "renew interval {i:?} must be at least 1ms and shorter than TTL - safety margin ({window:?})"
+                ));
+            }
+        }
+        if self.poll_interval < Duration::from_millis(1) {
+            return rule(format!(
+                "poll interval {:?} must be at least 1ms",
+                self.poll_interval
+            ));
+        }
+        if self.release_timeout < Duration::from_millis(1) {
+            return rule(format!(
+                "release timeout {:?} must be at least 1ms",
+                self.release_timeout
+            ));
+        }
+        Ok(Elector {
+            inner: Arc::new(ElectorInner {
+                election,
+                leases,
+                renewal,
+                poll_interval: self.poll_interval,
+                release_timeout: self.release_timeout,
+                clock: self.clock,
+            }),
+        })
+    }
+}
+
+struct ElectorInner {
+    election: WorkId,
+    leases: Leases,
+    renewal: RenewalOptions,
+    poll_interval: Duration,
+    release_timeout: Duration,
+    clock: Arc<dyn Clock>,
+}
+
+/// One candidate in one election (hoplock: `Elector`). Cheap to clone.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use worklease::{election::Elector, store::memory::MemoryStore};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> worklease::Result<()> {
+/// let elector = Elector::builder(Arc::new(MemoryStore::new()), "scheduler", "host-a")
+///     .ttl(Duration::from_secs(15))
+///     .build()?;
+/// let generation = elector
+///     .lead(|leadership| async move {
+///         // Lead until done, or until leadership.lost() fires.
+///         leadership.generation()
+///     })
+///     .await?;
+/// assert_eq!(generation, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Elector {
+    inner: Arc<ElectorInner>,
+}
+
+/// The leadership handed to [`Elector::lead`]'s function.
+pub struct Leadership {
+    state: State,
+    lost: CancellationToken,
+    renewal: Arc<Renewal>,
+}
+
+impl Leadership {
+    /// The leadership as it was acquired.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The generation (fencing token): pass it to downstream writes.
+    pub fn generation(&self) -> u64 {
+        self.state.generation
+    }
+
+    /// A signal that fires the moment leadership is lost (renewal fenced,
+    /// expired or window exhausted). Stop leading when it does.
+    pub fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Why leadership was lost, once it was.
+    pub fn lost_cause(&self) -> Option<Error> {
+        self.renewal.lost_cause()
+    }
+
+    /// The latest lease token (renewals extend it).
+    pub fn token(&self) -> Token {
+        self.renewal.token()
+    }
+}
+
+/// Releases a leadership's lease when dropped: on the normal path after the
+/// function returned, and when the `lead` future itself is dropped
+/// (shutdown, cancellation). The release runs on a spawned task, bounded by
+/// the release timeout.
+struct ReleaseGuard {
+    leases: Leases,
+    timeout: Duration,
+    renewal: Option<Arc<Renewal>>,
+}
+
+impl ReleaseGuard {
+    async fn release(mut self) {
+        if let Some(r) = self.renewal.take() {
+            release_within(self.leases.clone(), r, self.timeout).await;
+        }
+    }
+}
+
+impl Drop for ReleaseGuard {
+    fn drop(&mut self) {
+        if let (Some(r), Ok(rt)) = (self.renewal.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(release_within(self.leases.clone(), r, self.timeout));
+        }
+    }
+}
+
+/// Stops the renewal (by dropping it) and releases its latest token within
+/// `timeout`, unless the lease was already lost.
+async fn release_within(leases: Leases, renewal: Arc<Renewal>, timeout: Duration) {
+    if renewal.lost_cause().is_some() {
+        return;
+    }
+    renewal.halt();
+    let token = renewal.token();
+    match tokio::time::timeout(timeout, leases.release(token)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "releasing leadership failed"),
+        Err(_) => tracing::warn!(?timeout, "releasing leadership timed out"),
+    }
+}
+
+impl Elector {
+    /// A candidate `owner` in `election` on `store`, with defaults: TTL
+    /// 15 s, renew interval TTL/3, poll interval 2 s, release timeout 5 s,
+    /// [`SystemClock`].
+    pub fn builder(
+        store: Arc<dyn LeaseStore>,
+        election: impl Into<String>,
+        owner: impl Into<String>,
+    ) -> ElectorBuilder {
+        ElectorBuilder {
+            store,
+            election: election.into(),
+            owner: owner.into(),
+            ttl: Duration::from_secs(15),
+            renew_interval: None,
+            poll_interval: crate::lease::DEFAULT_POLL_INTERVAL,
+            release_timeout: Duration::from_secs(5),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The election's name (its work ID).
+    pub fn election(&self) -> &WorkId {
+        &self.inner.election
+    }
+
+    /// This candidate's owner ID.
+    pub fn owner(&self) -> &str {
+        self.inner.leases.holder_id().as_str()
+    }
+
+    /// Who leads now, without campaigning.
+    ///
+    /// # Errors
+    /// [`Error::NoLease`] when nobody leads (never acquired, released,
+    /// revoked or expired by the store's judgement); [`Error::Store`] when
+    /// the store fails.
+    pub async fn leader(&self) -> Result<State> {
+        let infos = self
+            .inner
+            .leases
+            .store()
+            .inspect(std::slice::from_ref(&self.inner.election))
+            .await?;
+        match infos.into_iter().find(|i| !i.expired) {
+            Some(i) => Ok(State {
+                owner: i.holder_id,
+                generation: i.fencing_token,
+                expires_at: i.expires_at,
+                clock: self.inner.clock.clone(),
+            }),
+            None => Err(Error::NoLease {
+                election: self.inner.election.to_string(),
+            }),
+        }
+    }
+
+    async fn campaign(&self) -> Result<(Token, Renewal)> {
+        let opts = AcquireOptions::new()
+            .wait_for_lease()
+            .poll_interval(self.inner.poll_interval);
+        let token = self
+            .inner
+            .leases
+            .acquire(self.inner.election.as_str(), opts)
+            .await?;
+        let renewal = self
+            .inner
+            .leases
+            .start_renewal(token.clone(), self.inner.renewal.clone())?;
+        Ok((token, renewal))
+    }
+
+    /// Waits until this candidate leads, runs `f` with the [`Leadership`],
+    /// releases when `f` returns, and returns `f`'s output (hoplock:
+    /// `Lead`). The release is bounded by the release timeout and runs also
+    /// when this future is dropped, so a standby takes over at once instead
+    /// of after a TTL. `f` keeps running after leadership is lost unless it
+    /// watches [`Leadership::lost`].
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the store fails while campaigning (the caller
+    /// decides whether to campaign again).
+    pub async fn lead<F, Fut, T>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(Leadership) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let (token, renewal) = self.campaign().await?;
+        let renewal = Arc::new(renewal);
+        let guard = ReleaseGuard {
+            leases: self.inner.leases.clone(),
+            timeout: self.inner.release_timeout,
+            renewal: Some(renewal.clone()),
+        };
+        let leadership = Leadership {
+            state: State::from_token(&token, &self.inner.clock),
+            lost: renewal.lost_signal(),
+            renewal,
+        };
+        let out = f(leadership).await;
+        guard.release().await;
+        Ok(out)
+    }
+
+    /// Campaigns for as long as the returned stream is polled (hoplock:
+    /// `Run`): `Acquired` on becoming leader, `Renewed` after each renewal,
+    /// `Lost` with the cause when leadership ends, then it campaigns again.
+    /// A store failure while campaigning is logged and retried after one
+    /// poll interval, so the stream ends only when dropped. Dropping it
+    /// releases leadership (bounded by the release timeout).
+    pub fn run(&self) -> Campaign {
+        let (tx, rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        tokio::spawn(campaign_loop(self.clone(), tx, stop.clone()));
+        Campaign { rx, stop }
+    }
+}
+
+async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
+    let clock = elector.inner.clock.clone();
+    loop {
+        let won = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tx.closed() => return,
+            r = elector.campaign() => r,
+        };
+        let (token, renewal) = match won {
+            Ok(won) => won,
+            Err(e) => {
+                tracing::warn!(election = %elector.inner.election, error = %e, "campaign failed; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(elector.inner.poll_interval) => continue,
+                }
+            }
+        };
+        let mut renewal = renewal;
+        let acquired = Event {
+            kind: EventKind::Acquired,
+            state: State::from_token(&token, &clock),
+            error: None,
+        };
+        if tx.send(acquired).await.is_err() {
+            release_within(
+                elector.inner.leases.clone(),
+                Arc::new(renewal),
+                elector.inner.release_timeout,
+            )
+            .await;
+            return;
+        }
+        loop {
+            let change = tokio::select! {
+                _ = stop.cancelled() => None,
+                _ = tx.closed() => None,
+                c = renewal.changed() => Some(c),
+            };
+            let event = match change {
+                None => {
+                    release_within(
+                        elector.inner.leases.clone(),
+                        Arc::new(renewal),
+                        elector.inner.release_timeout,
+                    )
+                    .await;
+                    return;
+                }
+                Some(Ok(t)) => Event {
+                    kind: EventKind::Renewed,
+                    state: State::from_token(&t, &clock),
+                    error: None,
+                },
+                Some(Err(e)) => Event {
+                    kind: EventKind::Lost,
+                    state: State::from_token(&renewal.token(), &clock),
+                    error: Some(e),
+                },
+            };
+            let lost = event.kind == EventKind::Lost;
+            if tx.send(event).await.is_err() {
+                release_within(
+                    elector.inner.leases.clone(),
+                    Arc::new(renewal),
+                    elector.inner.release_timeout,
+                )
+                .await;
+                return;
+            }
+            if lost {
+                break;
+            }
+        }
+    }
+}
+
+/// The event stream of [`Elector::run`]. Dropping it stops campaigning and
+/// releases leadership (on a spawned task, bounded by the release timeout).
+pub struct Campaign {
+    rx: mpsc::Receiver<Event>,
+    stop: CancellationToken,
+}
+
+impl Stream for Campaign {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Campaign {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,497 @@
+//! Choosing a store from a URL, and showing URLs without their secrets.
+//!
+//! | URL | store |
+//! |---|---|
+//! | `sqlite:PATH` or `sqlite://PATH` | the embedded SQLite store ([`crate::store::sqlite::SqliteStore`], feature `sqlite`) in the file PATH; missing parent directories are created |
+//! | `memory:` or `memory://` | a new, empty in-memory store ([`MemoryStore`]), private to the process that opens it |
+//! | `postgres://…`, `postgresql://…`, `redis://…`, `rediss://…`, `etcd://…`, `s3://…` | planned stores, not built yet: [`InvalidInput::StoreUrl`] |
+//!
+//! A SQLite PATH is taken literally (no percent-decoding, no query
+//! parameters): `sqlite:/var/lib/worklease/leases.db` and
+//! `sqlite:///var/lib/worklease/leases.db` name the same absolute file,
+//! `sqlite:leases.db` and `sqlite://leases.db` a file relative to the
+//! current directory. Scheme names are case-insensitive.
+//!
+//! Every error message, log line and `status` output shows a store URL only
+//! through [`redact`], which masks passwords.
+//!
+//! ```
+//! use worklease::store::url;
+//!
+//! assert_eq!(
+//!     url::redact("postgres://app:s3cret@db.internal:5432/leases"),
+//!     "postgres://app:***@db.internal:5432/leases"
+//! );
+//! let err = url::open("bogus://x").err().unwrap();
+//! assert!(err.to_string().contains("unknown store scheme"));
+//! let store = url::open("memory:").unwrap();
+//! assert_eq!(store.kind(), "memory");
+//! ```
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{InvalidInput, Result};
+use crate::store::memory::MemoryStore;
+use crate::store::LeaseStore;
+
+/// The schemes of stores the project plans but has not built yet.
+const PLANNED: &[(&str, &str)] = &[
+    ("postgres", "PostgreSQL"),
+    ("postgresql", "PostgreSQL"),
+    ("redis", "Redis"),
+    ("rediss", "Redis"),
+    ("etcd", "etcd"),
+    ("s3", "S3"),
+];
+
+/// What the store URLs this build accepts look like, for error messages.
+const ACCEPTED: &str =
+    "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db) or memory:";
+
+/// A parsed store URL: which store to open, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreSpec {
+    /// The embedded SQLite store in this file.
+    Sqlite(PathBuf),
+    /// A new in-memory store, private to the opening process.
+    Memory,
+}
+
+impl StoreSpec {
+    /// Opens the store. For SQLite, creates the file's missing parent
+    /// directories first.
+    ///
+    /// # Errors
+    /// [`crate::Error::Store`] when a directory or the file cannot be
+    /// created or opened; [`InvalidInput::StoreUrl`] for a SQLite URL in a
+    /// build without the `sqlite` feature.
+    pub fn open(&self) -> Result<Arc<dyn LeaseStore>> {
+        match self {
+            StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
+            StoreSpec::Sqlite(path) => open_sqlite(path),
+        }
+    }
+
+    /// The URL in its canonical form: `sqlite:PATH` or `memory:`. A relative
+    /// SQLite path stays relative (see [`StoreSpec::absolute`]).
+    pub fn to_url(&self) -> String {
+        match self {
+            StoreSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
+            StoreSpec::Memory => "memory:".to_string(),
+        }
+    }
+
+    /// The same store with a relative SQLite path made absolute against the
+    /// current directory, so that the URL still names the same file for a
+    /// process that changes directory. Unchanged when the current directory
+    /// cannot be read.
+    pub fn absolute(&self) -> StoreSpec {
+        match self {
+            StoreSpec::Sqlite(path) if path.is_relative() => {
+                StoreSpec::Sqlite(std::path::absolute(path).unwrap_or_else(|_| path.clone()))
+            }
+            other => other.clone(),
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(path: &Path) -> Result<Arc<dyn LeaseStore>> {
+    use crate::error::StoreError;
+    use crate::store::sqlite::SqliteStore;
+
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            StoreError::with_source(
+                "sqlite",
+                format!(
+                    "cannot create the directory {} for the store file",
+                    parent.display()
+                ),
+                e,
+            )
+        })?;
+    }
+    Ok(Arc::new(SqliteStore::open(path)?))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(path: &Path) -> Result<Arc<dyn LeaseStore>> {
+    Err(InvalidInput::StoreUrl {
+        url: redact(&format!("sqlite:{}", path.display())),
+        reason: "this build of worklease has no SQLite store (cargo feature `sqlite`)".to_string(),
+    }
+    .into())
+}
+
+fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
+    InvalidInput::StoreUrl {
+        url: redact(url),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// The scheme of `url` (the text before the first `:`, lower-cased) and the
+/// rest, or `None` when there is no valid scheme.
+fn split_scheme(url: &str) -> Option<(String, &str)> {
+    let (scheme, rest) = url.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+        return None;
+    }
+    Some((scheme.to_ascii_lowercase(), rest))
+}
+
+/// Parses a store URL without opening anything.
+///
+/// # Errors
+/// [`InvalidInput::StoreUrl`] (the URL redacted in the message) for a URL
+/// without a scheme, a SQLite URL without a path, a `memory:` URL with a
+/// path, the scheme of a store that is not built yet, or an unknown scheme.
+pub fn parse(url: &str) -> Result<StoreSpec> {
+    let url = url.trim();
+    if url.is_empty() {
+        return Err(url_error(url, format!("the URL is empty: {ACCEPTED}")));
+    }
+    let Some((scheme, rest)) = split_scheme(url) else {
+        let hint = if url.starts_with('/') || url.starts_with('.') || url.ends_with(".db") {
+            format!(" (a file? write sqlite:{url})")
+        } else {
+            String::new()
+        };
+        return Err(url_error(
+            url,
+            format!("the URL has no scheme{hint}: {ACCEPTED}"),
+        ));
+    };
+    match scheme.as_str() {
+        "sqlite" => {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(url_error(
+                    url,
+                    "a sqlite URL needs the path of the store file, for example sqlite:/var/lib/worklease/leases.db",
+                ));
+            }
+            Ok(StoreSpec::Sqlite(PathBuf::from(path)))
+        }
+        "memory" => {
+            if !rest.is_empty() && rest != "//" {
+                return Err(url_error(url, "a memory URL takes no path or host: write memory:"));
+            }
+            Ok(StoreSpec::Memory)
+        }
+        other => match PLANNED.iter().find(|(s, _)| *s == other) {
+            Some((_, name)) => Err(url_error(
+                url,
+                format!("the {name} store is not built yet in this version of worklease: {ACCEPTED}"),
+            )),
+            None => Err(url_error(
+                url,
+                format!(
+                    "unknown store scheme {other:?}: {ACCEPTED} (planned, not built yet: postgres://, redis://, etcd://, s3://)"
+                ),
+            )),
+        },
+    }
+}
+
+/// Opens the store a URL names (see the module docs for the URLs).
+///
+/// # Errors
+/// As [`parse`] for a malformed or unsupported URL
+/// ([`InvalidInput::StoreUrl`]); as [`StoreSpec::open`] when the store
+/// cannot be opened ([`crate::Error::Store`]).
+pub fn open(url: &str) -> Result<Arc<dyn LeaseStore>> {
+    parse(url)?.open()
+}
+
+/// `url` with its secrets masked, for messages and logs: the password of
+/// the user info (`scheme://user:pass@host` → `scheme://user:***@host`; the
+/// user name is kept) and the values of query parameters whose names look
+/// secret (`password`, `secret`, `token`, `key`, `auth`, `credential`,
+/// `signature`, ...). It accepts any text, also malformed URLs, and masks
+/// rather more than less when in doubt.
+pub fn redact(url: &str) -> String {
+    let (head, rest) = match split_scheme(url) {
+        Some(_) => match url.find(':') {
+            Some(i) => url.split_at(i + 1),
+            None => ("", url),
+        },
+        None => ("", url),
+    };
+    let (slashes, rest) = match rest.strip_prefix("//") {
+        Some(r) => ("//", r),
+        None => ("", rest),
+    };
+    let (authority_part, tail) = split_user_info(rest, !slashes.is_empty() || head.is_empty());
+    let mut out = String::with_capacity(url.len());
+    out.push_str(head);
+    out.push_str(slashes);
+    out.push_str(&authority_part);
+    out.push_str(&redact_query(tail));
+    out
+}
+
+/// Splits `rest` (the URL after `scheme:` and `//`) into its masked user
+/// info with the `@` (empty when there is none) and the remainder.
+/// `authority` is true where `rest` starts with an authority (after `//`,
+/// or a URL without a scheme).
+fn split_user_info(rest: &str, authority: bool) -> (String, &str) {
+    // A raw password may contain '@', '/', '?' or '#', so the user info is
+    // taken to end at the LAST '@': a URL with an '@' further on (in its
+    // query, say) is masked more than needed, never less.
+    let Some(at) = rest.rfind('@') else {
+        return (String::new(), rest);
+    };
+    let user_info = &rest[..at];
+    let after = &rest[at..];
+    match user_info.split_once(':') {
+        Some((user, _password)) => (format!("{user}:***"), after),
+        // `scheme:pass@host` (no `//`): what precedes '@' may be a password.
+        None if !authority && !user_info.contains('/') && !user_info.is_empty() => {
+            ("***".to_string(), after)
+        }
+        None => (String::new(), rest),
+    }
+}
+
+/// Whether a query parameter's name looks like it holds a secret.
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "pass", "pwd", "secret", "token", "key", "auth", "cred", "sig", "session",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
+}
+
+/// Masks the values of secret-looking query parameters in `tail` (the URL
+/// from the end of its user info on).
+fn redact_query(tail: &str) -> String {
+    let Some(q) = tail.find('?') else {
+        return tail.to_string();
+    };
+    let (before, query) = tail.split_at(q + 1);
+    let (query, fragment) = match query.find('#') {
+        Some(h) => query.split_at(h),
+        None => (query, ""),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if secret_key(k) => format!("{k}=***"),
+            _ => p.to_string(),
+        })
+        .collect();
+    format!("{before}{}{fragment}", params.join("&"))
+}
+
+/// The default store file: `$WORKLEASE_HOME/leases.db` when `WORKLEASE_HOME`
+/// is set; else `$XDG_DATA_HOME/worklease/leases.db` when `XDG_DATA_HOME`
+/// is set to an absolute path; else `$HOME/.local/share/worklease/leases.db`;
+/// else (no `HOME`, as for some system services)
+/// `/var/lib/worklease/leases.db`. Empty variables count as unset.
+///
+/// Every process that should coordinate must resolve the same file: give
+/// them the same environment, or name the store explicitly.
+pub fn default_sqlite_path() -> PathBuf {
+    default_sqlite_path_from(|name| std::env::var_os(name))
+}
+
+fn default_sqlite_path_from(var: impl Fn(&str) -> Option<OsString>) -> PathBuf {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(home) = set("WORKLEASE_HOME") {
+        return home.join("leases.db");
+    }
+    if let Some(data) = set("XDG_DATA_HOME").filter(|p| p.is_absolute()) {
+        return data.join("worklease").join("leases.db");
+    }
+    if let Some(home) = set("HOME") {
+        return home.join(".local/share/worklease/leases.db");
+    }
+    PathBuf::from("/var/lib/worklease/leases.db")
+}
+
+/// The default store URL: `sqlite:` followed by [`default_sqlite_path`]
+/// (a path that is not UTF-8 is shown lossily).
+pub fn default_url() -> String {
+    StoreSpec::Sqlite(default_sqlite_path()).to_url()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    fn reason(url: &str) -> String {
+        match parse(url) {
+            Err(Error::Invalid(InvalidInput::StoreUrl { url, reason })) => {
+                format!("{url} | {reason}")
+            }
+            other => panic!("expected a StoreUrl error for {url:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sqlite_urls_name_a_path() {
+        let abs = StoreSpec::Sqlite(PathBuf::from("/var/lib/x.db"));
+        assert_eq!(parse("sqlite:/var/lib/x.db").unwrap(), abs);
+        assert_eq!(parse("sqlite:///var/lib/x.db").unwrap(), abs);
+        assert_eq!(parse("SQLite:/var/lib/x.db").unwrap(), abs);
+        let rel = StoreSpec::Sqlite(PathBuf::from("data/x.db"));
+        assert_eq!(parse("sqlite:data/x.db").unwrap(), rel);
+        assert_eq!(parse("sqlite://data/x.db").unwrap(), rel);
+        assert_eq!(rel.to_url(), "sqlite:data/x.db");
+        assert!(rel.absolute().to_url().starts_with("sqlite:/"));
+        assert_eq!(abs.absolute(), abs);
+        assert!(reason("sqlite:").contains("needs the path"));
+        assert!(reason("sqlite://").contains("needs the path"));
+    }
+
+    #[test]
+    fn memory_urls() {
+        assert_eq!(parse("memory:").unwrap(), StoreSpec::Memory);
+        assert_eq!(parse("memory://").unwrap(), StoreSpec::Memory);
+        assert_eq!(StoreSpec::Memory.to_url(), "memory:");
+        assert!(reason("memory:/x").contains("no path"));
+        assert_eq!(open("memory:").unwrap().kind(), "memory");
+    }
+
+    #[test]
+    fn other_schemes_are_refused_clearly() {
+        let r = reason("postgres://app:s3cret@db/leases");
+        assert!(r.contains("PostgreSQL store is not built yet"), "{r}");
+        assert!(!r.contains("s3cret"), "{r}");
+        assert!(r.contains("app:***@db"), "{r}");
+        assert!(reason("redis://localhost").contains("Redis"));
+        assert!(reason("etcd://localhost:2379").contains("etcd"));
+        assert!(reason("s3://bucket/key").contains("S3"));
+        let r = reason("bogus://x");
+        assert!(r.contains("unknown store scheme \"bogus\""), "{r}");
+        assert!(r.contains("sqlite:PATH"), "{r}");
+    }
+
+    #[test]
+    fn malformed_urls_are_refused_clearly() {
+        assert!(reason("").contains("empty"));
+        assert!(reason("   ").contains("empty"));
+        let r = reason("/tmp/leases.db");
+        assert!(
+            r.contains("no scheme") && r.contains("sqlite:/tmp/leases.db"),
+            "{r}"
+        );
+        assert!(reason("1abc:x").contains("no scheme"));
+        assert!(reason("://x").contains("no scheme"));
+        let r = reason("alice:secret@db:5432");
+        assert!(!r.contains("secret"), "{r}");
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_open_creates_parent_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a/b/leases.db");
+        let store = open(&format!("sqlite:{}", file.display())).unwrap();
+        assert_eq!(store.kind(), "sqlite");
+        assert!(file.exists());
+        // A parent that is a file cannot be created: a store error, not a panic.
+        let blocker = dir.path().join("blocker");
+        std::fs::write(&blocker, b"x").unwrap();
+        let err = open(&format!("sqlite:{}/sub/leases.db", blocker.display()))
+            .err()
+            .unwrap();
+        assert!(err.is_transient(), "{err}");
+        assert!(
+            err.to_string().contains("cannot create the directory"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn redact_masks_passwords() {
+        let cases = [
+            (
+                "postgres://user:pass@host/db",
+                "postgres://user:***@host/db",
+            ),
+            (
+                "redis://:pw@localhost:6379/0",
+                "redis://:***@localhost:6379/0",
+            ),
+            ("redis://user@host", "redis://user@host"),
+            ("redis://u:p@ss/w?rd#x@host:1/0", "redis://u:***@host:1/0"),
+            ("redis://u:p@ss@host", "redis://u:***@host"),
+            ("postgres://u:p@h/db?x=a@b", "postgres://u:***@b"),
+            ("s3://bucket/key@v2", "s3://bucket/key@v2"),
+            (
+                "sqlite:/var/lib/worklease/leases.db",
+                "sqlite:/var/lib/worklease/leases.db",
+            ),
+            (
+                "sqlite:/home/me/@work/leases.db",
+                "sqlite:/home/me/@work/leases.db",
+            ),
+            ("memory:", "memory:"),
+            (
+                "s3://bucket/prefix?access_key=AK&secret_key=SK&region=eu",
+                "s3://bucket/prefix?access_key=***&secret_key=***&region=eu",
+            ),
+            (
+                "postgres://h/db?password=pw#frag",
+                "postgres://h/db?password=***#frag",
+            ),
+            ("user:pass@host", "user:***@host"),
+            ("alice:secret@db:5432", "alice:***@db:5432"),
+            ("", ""),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact(url), want, "redact({url:?})");
+        }
+    }
+
+    #[test]
+    fn default_path_follows_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| OsString::from(v))
+            }
+        };
+        let all = env(&[
+            ("WORKLEASE_HOME", "/wl"),
+            ("XDG_DATA_HOME", "/xdg"),
+            ("HOME", "/home/u"),
+        ]);
+        assert_eq!(
+            default_sqlite_path_from(all),
+            PathBuf::from("/wl/leases.db")
+        );
+        let xdg = env(&[
+            ("WORKLEASE_HOME", ""),
+            ("XDG_DATA_HOME", "/xdg"),
+            ("HOME", "/home/u"),
+        ]);
+        assert_eq!(
+            default_sqlite_path_from(xdg),
+            PathBuf::from("/xdg/worklease/leases.db")
+        );
+        let rel_xdg = env(&[("XDG_DATA_HOME", "rel"), ("HOME", "/home/u")]);
+        assert_eq!(
+            default_sqlite_path_from(rel_xdg),
+            PathBuf::from("/home/u/.local/share/worklease/leases.db")
+        );
+        assert_eq!(
+            default_sqlite_path_from(env(&[])),
+            PathBuf::from("/var/lib/worklease/leases.db")
+        );
+        assert!(default_url().starts_with("sqlite:"));
+    }
+}
