@@ -92,8 +92,8 @@ pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
 }
 
 fn expires(info: &LeaseInfo) -> String {
-    if info.released {
-        "released".to_string()
+    if let Some(ended) = info.ended {
+        ended.as_str().to_string()
     } else if info.expired {
         "expired".to_string()
     } else {
@@ -178,6 +178,11 @@ mod tests {
             expires_in: (!expired).then(|| Duration::from_millis(4200)),
             expired,
             released,
+            ended: if released {
+                Some(LeaseEnd::Released)
+            } else {
+                expired.then_some(LeaseEnd::Expired)
+            },
             checkpoint_bytes: 12,
             handoff: Handoff {
                 previous: Some(PreviousHolder {

@@ -452,7 +452,6 @@ impl Elector {
 }
 
 async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
-    let clock = elector.inner.clock.clone();
     loop {
         let won = tokio::select! {
             _ = stop.cancelled() => return,
@@ -469,63 +468,59 @@ async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: Cancella
                 }
             }
         };
-        let mut renewal = renewal;
-        let acquired = Event {
-            kind: EventKind::Acquired,
-            state: State::from_token(&token, &clock),
-            error: None,
-        };
-        if tx.send(acquired).await.is_err() {
-            release_within(
-                elector.inner.leases.clone(),
-                Arc::new(renewal),
-                elector.inner.release_timeout,
-            )
-            .await;
+        if !lead_term(&elector, &tx, &stop, &token, renewal).await {
             return;
         }
-        loop {
-            let change = tokio::select! {
-                _ = stop.cancelled() => None,
-                _ = tx.closed() => None,
-                c = renewal.changed() => Some(c),
-            };
-            let event = match change {
-                None => {
-                    release_within(
-                        elector.inner.leases.clone(),
-                        Arc::new(renewal),
-                        elector.inner.release_timeout,
-                    )
-                    .await;
-                    return;
-                }
-                Some(Ok(t)) => Event {
-                    kind: EventKind::Renewed,
-                    state: State::from_token(&t, &clock),
-                    error: None,
-                },
-                Some(Err(e)) => Event {
-                    kind: EventKind::Lost,
-                    state: State::from_token(&renewal.token(), &clock),
-                    error: Some(e),
-                },
-            };
-            let lost = event.kind == EventKind::Lost;
-            if tx.send(event).await.is_err() {
-                release_within(
-                    elector.inner.leases.clone(),
-                    Arc::new(renewal),
-                    elector.inner.release_timeout,
-                )
-                .await;
-                return;
+    }
+}
+
+/// Reports one term of leadership: `Acquired`, `Renewed`…, `Lost`. Returns
+/// true when the term was lost (campaign again), false when the campaign
+/// must stop, after releasing the lease.
+async fn lead_term(
+    elector: &Elector,
+    tx: &mpsc::Sender<Event>,
+    stop: &CancellationToken,
+    token: &Token,
+    mut renewal: Renewal,
+) -> bool {
+    let clock = &elector.inner.clock;
+    let mut event = Some(Event {
+        kind: EventKind::Acquired,
+        state: State::from_token(token, clock),
+        error: None,
+    });
+    loop {
+        if let Some(ev) = event.take() {
+            let lost = ev.kind == EventKind::Lost;
+            if tx.send(ev).await.is_err() {
+                break; // the stream was dropped
             }
             if lost {
-                break;
+                return true;
             }
         }
+        let change = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tx.closed() => break,
+            c = renewal.changed() => c,
+        };
+        event = Some(match change {
+            Ok(t) => Event {
+                kind: EventKind::Renewed,
+                state: State::from_token(&t, clock),
+                error: None,
+            },
+            Err(e) => Event {
+                kind: EventKind::Lost,
+                state: State::from_token(&renewal.token(), clock),
+                error: Some(e),
+            },
+        });
     }
+    let leases = elector.inner.leases.clone();
+    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    false
 }
 
 /// The event stream of [`Elector::run`]. Dropping it stops campaigning and

@@ -42,8 +42,9 @@ pub enum InvalidInput {
         max: usize,
     },
     /// Work and holder IDs may not contain control characters (NUL, newline,
-    /// ...): they end up in keys, logs and terminal output.
-    #[error("{what} contains the control character {ch:?}: control characters are not allowed")]
+    /// ...) nor invisible format characters (bidirectional overrides,
+    /// zero-width spaces): they end up in keys, logs and terminal output.
+    #[error("{what} contains the control or invisible character {ch:?}: such characters are not allowed")]
     ControlCharacter {
         /// `"work ID"` or `"holder ID"`.
         what: &'static str,
@@ -161,10 +162,10 @@ pub enum Error {
         /// The stale token's fencing token.
         fencing_token: u64,
     },
-    /// The token is no longer current: another acquisition followed it, or
-    /// the work ID was never acquired with it (Go: `ErrFenced`). Nothing was
-    /// changed; never retried.
-    #[error("lease on {work_id:?} with fencing token {fencing_token} is fenced: another acquisition replaced it")]
+    /// The token is no longer current: another acquisition followed it, an
+    /// operator revoked it, or the work ID was never acquired with it (Go:
+    /// `ErrFenced`). Nothing was changed; never retried.
+    #[error("lease on {work_id:?} with fencing token {fencing_token} is fenced: it was taken over or revoked")]
     Fenced {
         /// The work ID.
         work_id: String,

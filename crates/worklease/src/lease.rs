@@ -234,9 +234,25 @@ impl Leases {
             ))
             .into());
         }
-        let wait_until = options.wait_timeout.map(|t| Instant::now() + t);
+        // A timeout too large for the clock (Duration::MAX) means no timeout.
+        let wait_until = options
+            .wait_timeout
+            .and_then(|t| Instant::now().checked_add(t));
         let mut attempts = 0;
         loop {
+            if options.wait && options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                let e = Error::Cancelled {
+                    work_id: work_id.to_string(),
+                };
+                self.inner.observer.on_acquire(&AcquireEvent {
+                    work_id: &work_id,
+                    token: None,
+                    error: Some(&e),
+                    attempts,
+                    duration: Duration::ZERO,
+                });
+                return Err(e);
+            }
             // Subscribe before trying, so a release between our attempt and
             // our sleep still wakes us.
             let watch = if options.wait {
@@ -290,7 +306,7 @@ impl Leases {
             if let Some(left) = expires_in {
                 nap = nap.min(left + Duration::from_millis(1));
             }
-            nap += nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1));
+            nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
             let give_up = |e: Error| {
                 self.inner.observer.on_acquire(&AcquireEvent {
                     work_id: &work_id,

@@ -39,10 +39,22 @@ fn check_id(
             InvalidInput::HolderIdTooLong { len: s.len(), max }
         });
     }
-    if let Some(ch) = s.chars().find(|c| c.is_control()) {
+    if let Some(ch) = s
+        .chars()
+        .find(|c| c.is_control() || is_invisible_format(*c))
+    {
         return Err(InvalidInput::ControlCharacter { what, ch });
     }
     Ok(())
+}
+
+/// Format characters that change how text is displayed without being
+/// visible (bidirectional overrides, zero-width characters, line and
+/// paragraph separators, the byte-order mark): refused like control
+/// characters, since IDs end up in logs and terminals.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
 }
 
 macro_rules! checked_id {
@@ -120,6 +132,18 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, InvalidInput> {
     Ok(ttl)
 }
 
+/// `d` in whole milliseconds, rounded up: stores keep milliseconds, and a
+/// store must never end a lease before its holder's own deadline.
+pub(crate) fn ceil_millis(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    let ms = if d.subsec_nanos() % 1_000_000 != 0 {
+        ms + 1
+    } else {
+        ms
+    };
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
 /// Checks a checkpoint's size against [`MAX_CHECKPOINT_BYTES`].
 ///
 /// # Errors
@@ -145,12 +169,17 @@ mod tests {
         let e = WorkId::new(long).unwrap_err().to_string();
         assert!(e.contains("257") && e.contains("256"), "{e}");
         assert!(HolderId::new("a\nb").is_err());
+        assert!(WorkId::new("evil\u{202E}txt").is_err());
+        assert!(WorkId::new("zero\u{200B}width").is_err());
         assert!(WorkId::new("jobs/a b:{ü}").is_ok());
         assert!(check_ttl(Duration::ZERO)
             .unwrap_err()
             .to_string()
             .contains("1ms"));
         assert!(check_checkpoint(MAX_CHECKPOINT_BYTES).is_ok());
+        assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
+        assert_eq!(ceil_millis(Duration::from_millis(1500)), 1500);
+        assert_eq!(ceil_millis(Duration::MAX), u64::MAX);
         assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1).is_err());
     }
 }

@@ -152,6 +152,28 @@ impl Renewal {
         self.state.borrow().lost.clone()
     }
 
+    /// The latest token if the lease is still this holder's by its own
+    /// clock: neither lost nor past its deadline. Call it right before an
+    /// external side effect: after a pause (GC, SIGSTOP) the work may run
+    /// before the renewal task had a chance to fire the lost signal.
+    ///
+    /// # Errors
+    /// The loss's cause, or `WindowExhausted` when the deadline has passed.
+    pub fn ensure_live(&self) -> Result<Token> {
+        if let Some(e) = self.lost_cause() {
+            return Err(e);
+        }
+        let t = self.token();
+        if t.remaining() == Some(Duration::ZERO) {
+            return Err(Error::WindowExhausted {
+                work_id: t.work_id.to_string(),
+                fencing_token: t.fencing_token,
+                last_error: Some("the lease deadline passed before a renewal succeeded".into()),
+            });
+        }
+        Ok(t)
+    }
+
     /// Waits until the lease is lost and returns the cause.
     pub async fn lost(&self) -> Error {
         self.lost.cancelled().await;
@@ -199,9 +221,18 @@ impl Renewal {
     pub async fn stop(mut self) -> Result<Token> {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
-            // The task only ends by returning; a join error means it panicked,
-            // and its lost signal has then not fired: report the lease lost.
-            let _ = task.await;
+            // A join error means the task panicked before it could report a
+            // loss: count the lease lost, never hand back a token that
+            // nobody renewed.
+            if let Err(e) = task.await {
+                let t = self.token();
+                self.lost.cancel();
+                return Err(Error::WindowExhausted {
+                    work_id: t.work_id.to_string(),
+                    fencing_token: t.fencing_token,
+                    last_error: Some(format!("the renewal task failed: {e}")),
+                });
+            }
         }
         let state = self.state.borrow().clone();
         match state.lost {
@@ -268,14 +299,16 @@ async fn run(
                     last_error: Some(error),
                 });
             }
+            // Bound the wait by the window first, so that the jitter's
+            // arithmetic stays in range whatever the configured backoff.
             let jitter = 1.0 + rand::thread_rng().gen_range(-options.jitter..=options.jitter);
-            let nap = backoff.mul_f64(jitter).min(left / 2);
+            let nap = backoff.min(left / 2).mul_f64(jitter).min(left / 2);
             tracing::warn!(work_id = %token.work_id, attempt, error = %error, retry_in = ?nap, "lease renewal failed");
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(nap) => {}
             }
-            backoff = (backoff * 2).min(options.backoff_max);
+            backoff = backoff.saturating_mul(2).min(options.backoff_max);
         };
         match outcome {
             Ok(renewed) => {

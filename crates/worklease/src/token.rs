@@ -8,7 +8,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTRO
 use tokio::time::Instant;
 
 use crate::error::InvalidInput;
-use crate::limits::{check_ttl, HolderId, WorkId};
+use crate::limits::{ceil_millis, check_ttl, HolderId, WorkId};
 
 /// Characters escaped in the text form: the separators `;` and `=`, `%`
 /// itself, spaces and everything outside ASCII printable range.
@@ -84,14 +84,14 @@ impl Token {
 }
 
 impl PartialEq for Token {
-    /// Two tokens are equal when their text forms are (the local deadline is
-    /// not compared).
+    /// Two tokens are equal when their text forms are: times are compared
+    /// in whole milliseconds, and the local deadline is not compared.
     fn eq(&self, other: &Self) -> bool {
         self.work_id == other.work_id
             && self.holder_id == other.holder_id
             && self.fencing_token == other.fencing_token
-            && self.expires_at == other.expires_at
-            && self.ttl == other.ttl
+            && unix_millis(self.expires_at) == unix_millis(other.expires_at)
+            && ceil_millis(self.ttl) == ceil_millis(other.ttl)
     }
 }
 
@@ -123,7 +123,7 @@ impl fmt::Display for Token {
             utf8_percent_encode(self.holder_id.as_str(), TEXT_ESCAPE),
             self.fencing_token,
             unix_millis(self.expires_at),
-            self.ttl.as_millis()
+            ceil_millis(self.ttl)
         )
     }
 }
@@ -155,8 +155,11 @@ impl FromStr for Token {
                     .map_err(|_| bad("a field is not UTF-8"))
             };
             let num = |name: &str| {
+                let digits = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
                 v.parse::<u64>()
-                    .map_err(|_| bad(&format!("{name} is not a whole number")))
+                    .ok()
+                    .filter(|_| digits)
+                    .ok_or_else(|| bad(&format!("{name} is not a whole number")))
             };
             match k {
                 "work" => work = Some(WorkId::new(text()?)?),
@@ -194,14 +197,18 @@ mod tests {
             holder_id: HolderId::new("host 1;x").unwrap(),
             fencing_token: 42,
             expires_at: UNIX_EPOCH + Duration::from_millis(1_767_225_600_123),
-            ttl: Duration::from_millis(1500),
+            ttl: Duration::from_micros(1_500_300),
             deadline: None,
         };
         let text = t.to_string();
         assert!(!text.contains(' '), "{text}");
         let back: Token = text.parse().unwrap();
         assert_eq!(back, t);
-        assert_eq!(back.ttl(), Duration::from_millis(1500));
+        assert_eq!(
+            back.ttl(),
+            Duration::from_millis(1501),
+            "TTLs round up to the millisecond"
+        );
     }
 
     #[test]

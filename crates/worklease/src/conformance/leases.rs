@@ -271,7 +271,8 @@ pub async fn checkpoints_survive(s: &Suite) {
         Some(&b"b-done"[..]),
         "S4: survives a revocation"
     );
-    assert_eq!(s.info(&id).await.expect("inspect").checkpoint_bytes, 6);
+    let info = s.info(&id).await.expect("inspect");
+    assert_eq!((info.checkpoint_bytes, info.ended), (6, None));
     a.release(t).await.expect("release");
 }
 
@@ -296,6 +297,12 @@ pub async fn handoff_flag(s: &Suite) {
     );
     let wid = WorkId::new(id.clone()).expect("valid");
     s.store.revoke(&wid).await.expect("revoke");
+    let info = s.info(&id).await.expect("inspect");
+    assert_eq!(
+        (info.expired, info.ended),
+        (true, Some(LeaseEnd::Revoked)),
+        "status shows a revocation"
+    );
     let ta = a.acquire(&id, fast()).await.expect("acquire");
     let c = a.read_checkpoint(&ta).await.expect("read");
     assert!(
@@ -428,6 +435,37 @@ pub async fn ttl_precision(s: &Suite) {
         .await
         .expect("a 1500 ms lease must be free at 1600 ms");
     b.release(t).await.expect("release");
+}
+
+/// S1 at the finest grain: with no safety margin, a contender never gets
+/// the lease while its holder's own deadline (send time + TTL) is still
+/// ahead, whatever the sub-millisecond phase of the store's clock (a store
+/// that truncates its clock or the TTL to milliseconds fails this).
+pub async fn deadline_holds_at_sub_millisecond_phase(s: &Suite) {
+    for phase_us in [100, 500, 900] {
+        let ttl = Duration::from_micros(20_300);
+        let config = |h: &str| Config::new(h, ttl).safety_margin(Duration::ZERO);
+        let a = Leases::new(s.store.clone(), config("phase-a")).expect("config");
+        let b = Leases::new(s.store.clone(), config("phase-b")).expect("config");
+        let id = s.work_id("phase");
+        s.pass(Duration::from_micros(phase_us)).await;
+        let ta = a.acquire(&id, fast()).await.expect("acquire");
+        loop {
+            match b.acquire(&id, fast()).await {
+                Ok(tb) => {
+                    assert_eq!(
+                        ta.remaining(),
+                        Some(Duration::ZERO),
+                        "S1: the contender got the lease while its holder's deadline was ahead (phase {phase_us}us)"
+                    );
+                    b.release(tb).await.expect("release");
+                    break;
+                }
+                Err(Error::Held { .. }) => s.pass(Duration::from_micros(100)).await,
+                Err(e) => panic!("acquire: {e}"),
+            }
+        }
+    }
 }
 
 /// Background renewal rides out a store that fails for less than the

@@ -34,6 +34,10 @@ pub struct Suite {
     /// The lease TTL of the checks; default 1500 ms (a store with a coarser
     /// clock must still keep it: SPEC asks for millisecond TTLs).
     pub ttl: Duration,
+    /// Whether the checks run on a paused tokio clock (set by
+    /// [`conformance_tests!`](crate::conformance_tests)); checks that need
+    /// sub-millisecond steps move the clock by hand then.
+    pub paused: bool,
     pub(crate) prefix: String,
 }
 
@@ -43,7 +47,18 @@ impl Suite {
         Self {
             store,
             ttl: Duration::from_millis(1500),
+            paused: false,
             prefix: format!("conformance-{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    /// Lets `d` pass: by moving a paused clock (precisely, below the
+    /// timer's millisecond resolution), or by sleeping.
+    pub async fn pass(&self, d: Duration) {
+        if self.paused {
+            tokio::time::advance(d).await;
+        } else {
+            tokio::time::sleep(d).await;
         }
     }
 
@@ -132,6 +147,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
+            $crate::conformance_tests!(@one $paused, $make, deadline_holds_at_sub_millisecond_phase);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);
@@ -140,7 +156,8 @@ macro_rules! conformance_tests {
 
             #[tokio::test(start_paused = $paused)]
             async fn concurrent_stress() {
-                let suite = $make.await;
+                let mut suite = $make.await;
+                suite.paused = $paused;
                 $crate::conformance::concurrent_stress(&suite, 8, 40).await;
             }
         }
@@ -148,7 +165,8 @@ macro_rules! conformance_tests {
     (@one $paused:tt, $make:expr, $check:ident) => {
         #[tokio::test(start_paused = $paused)]
         async fn $check() {
-            let suite = $make.await;
+            let mut suite = $make.await;
+            suite.paused = $paused;
             $crate::conformance::$check(&suite).await;
         }
     };

@@ -101,7 +101,7 @@ impl LeaseStore for MemoryStore {
             unexpired,
             work_id,
             holder_id,
-            ttl.as_millis() as u64,
+            crate::limits::ceil_millis(ttl),
             next,
             expires_in,
         )?;
@@ -117,7 +117,7 @@ impl LeaseStore for MemoryStore {
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
         self.with_current(lease, |r, exp| {
-            r.ttl_ms = ttl.as_millis() as u64;
+            r.ttl_ms = crate::limits::ceil_millis(ttl);
             *exp = Instant::now() + ttl;
             SystemTime::now() + ttl
         })
@@ -131,7 +131,7 @@ impl LeaseStore for MemoryStore {
     ) -> Result<SystemTime> {
         self.with_current(lease, |r, exp| {
             r.checkpoint = Some(data);
-            r.ttl_ms = ttl.as_millis() as u64;
+            r.ttl_ms = crate::limits::ceil_millis(ttl);
             *exp = Instant::now() + ttl;
             SystemTime::now() + ttl
         })
@@ -193,6 +193,7 @@ fn info(work_id: &WorkId, r: &Record, exp: Instant) -> LeaseInfo {
         expires_in: live.then(|| exp - now),
         expired: !live,
         released: r.phase == Phase::Released,
+        ended: (!live).then(|| r.end()),
         checkpoint_bytes: r.checkpoint.as_ref().map_or(0, Bytes::len),
         handoff: r.handoff(),
     }

@@ -156,6 +156,8 @@ pub struct LeaseInfo {
     pub expired: bool,
     /// The holder released it.
     pub released: bool,
+    /// How the lease ended; `None` while it is live.
+    pub ended: Option<LeaseEnd>,
     /// Size of the stored checkpoint, in bytes (0 when there is none).
     pub checkpoint_bytes: usize,
     /// How the last acquisition followed the one before it.

@@ -50,8 +50,8 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    /// How this lease ended, judged at the moment a successor takes over.
-    fn end(&self) -> LeaseEnd {
+    /// How this lease ended (or ends, if it is no longer live).
+    pub(crate) fn end(&self) -> LeaseEnd {
         match self.phase {
             Phase::Held => LeaseEnd::Expired,
             Phase::Released => LeaseEnd::Released,

@@ -445,11 +445,6 @@ fn judge(r: &Record, observed: Duration) -> (bool, Duration) {
 
 /// A TTL in whole milliseconds, rounded up so the store never expires a
 /// lease before the holder's own deadline.
-fn ttl_ms(ttl: Duration) -> u64 {
-    let ms = ttl.as_millis() + u128::from(ttl.subsec_nanos() % 1_000_000 != 0);
-    u64::try_from(ms).unwrap_or(u64::MAX)
-}
-
 fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -477,6 +472,7 @@ fn info(work_id: &WorkId, c: &Current) -> LeaseInfo {
         expires_in: None,
         expired: !live,
         released: r.phase == Phase::Released,
+        ended: (!live).then(|| r.end()),
         checkpoint_bytes: r.checkpoint.as_ref().map_or(0, Bytes::len),
         handoff: r.handoff(),
     }
@@ -512,7 +508,7 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
                 unexpired,
                 work_id,
                 holder_id,
-                ttl_ms(ttl),
+                crate::limits::ceil_millis(ttl),
                 next,
                 left,
             )?;
@@ -531,7 +527,9 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        let wall = self.update(lease, |r| r.ttl_ms = ttl_ms(ttl)).await?;
+        let wall = self
+            .update(lease, |r| r.ttl_ms = crate::limits::ceil_millis(ttl))
+            .await?;
         Ok(wall.checked_add(ttl).unwrap_or(wall))
     }
 
@@ -543,7 +541,7 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
     ) -> Result<SystemTime> {
         let wall = self
             .update(lease, |r| {
-                r.ttl_ms = ttl_ms(ttl);
+                r.ttl_ms = crate::limits::ceil_millis(ttl);
                 r.checkpoint = Some(data.clone());
             })
             .await?;

@@ -4,31 +4,42 @@
 //!   read the row, decide with the shared lease rules, write, commit. WAL
 //!   mode lets readers (`status`) run beside a writer; a busy timeout
 //!   (default 5 s) queues writers of other processes.
-//! * **Clock.** Expiry is judged by the host's boot-time clock
-//!   (`CLOCK_BOOTTIME`: monotonic, and it counts time spent suspended),
-//!   stored with the boot ID (`/proc/sys/kernel/random/boot_id`). A
-//!   wall-clock step changes nothing; a reboot expires every lease, since a
-//!   row from another boot is expired. See [`StoreClock`].
+//! * **Clock.** Expiry is judged by the host's monotonic clock
+//!   (`CLOCK_MONOTONIC`), stored with the boot ID
+//!   (`/proc/sys/kernel/random/boot_id`). A wall-clock step changes
+//!   nothing; a reboot expires every lease, since a row from another boot is
+//!   expired. It is the clock holders judge their own deadlines by (Rust's
+//!   and tokio's `Instant`), so the two agree also across a suspend, which
+//!   neither counts: a suspended host's leases resume with the time they had
+//!   left. (`CLOCK_BOOTTIME`, which counts a suspend, would let a contender
+//!   take a lease its resumed holder still believes live.) See
+//!   [`StoreClock`].
 //! * **Fencing.** Tokens come from one sequence in the file, shared by all
 //!   work IDs, committed with the acquisition (`synchronous = FULL`, so a
 //!   power loss cannot roll back a token that was handed out). They survive
 //!   process restarts and the deletion of a lease row.
-//! * **Notifications.** Waiters in the process that released are woken at
-//!   once; waiters in other processes poll (SQLite has no cross-process
-//!   notification).
+//! * **Notifications.** Waiters on the same `SqliteStore` value as the
+//!   releaser are woken at once; waiters on other values (other processes,
+//!   or a second value on the same file) poll, since SQLite has no
+//!   cross-process notification. Share one value (in an `Arc`) per process.
+//! * **Cancellation.** A call whose future is dropped while it waits for
+//!   the file's write lock is rolled back rather than committed, so an
+//!   abandoned acquisition or renewal leaves no lease behind.
 //!
 //! Not supported: more than one host (SQLite's locking over network file
-//! systems is unreliable: use PostgreSQL, Redis or etcd), and platforms
-//! without `CLOCK_BOOTTIME` and a boot ID (Linux and Android have both).
+//! systems is unreliable: use PostgreSQL, Redis or etcd), platforms
+//! without a boot ID (Linux and Android have one), and SQLite URIs or
+//! in-memory databases: the path is a plain file path.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
@@ -62,9 +73,10 @@ pub trait StoreClock: Send + Sync + 'static {
     fn now(&self) -> Result<ClockReading, StoreError>;
 }
 
-/// The host's boot-time clock (`CLOCK_BOOTTIME`) with the boot ID as epoch:
-/// the default. Monotonic, counts suspend, immune to wall-clock steps, and
-/// shared by every process of the host.
+/// The host's monotonic clock (`CLOCK_MONOTONIC`) with the boot ID as
+/// epoch: the default. Immune to wall-clock steps, shared by every process
+/// of the host, and the clock of the holders' own deadlines (see the module
+/// docs on suspend).
 #[derive(Debug, Clone)]
 pub struct BootClock {
     boot_id: String,
@@ -89,8 +101,8 @@ impl BootClock {
 
 impl StoreClock for BootClock {
     fn now(&self) -> Result<ClockReading, StoreError> {
-        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-            .map_err(|e| StoreError::with_source(KIND, "cannot read CLOCK_BOOTTIME", e))?;
+        let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map_err(|e| StoreError::with_source(KIND, "cannot read CLOCK_MONOTONIC", e))?;
         Ok(ClockReading {
             epoch: self.boot_id.clone(),
             millis: ts.tv_sec() as u64 * 1000 + ts.tv_nsec() as u64 / 1_000_000,
@@ -149,6 +161,24 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// How long a call waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+/// Marks a blocking transaction abandoned when the future awaiting it is
+/// dropped (or has finished: the flag is then read by nobody).
+struct AbandonOnDrop(Arc<AtomicBool>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 fn db_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
     move |e| StoreError::with_source(KIND, context.to_string(), e)
 }
@@ -171,15 +201,49 @@ impl SqliteStore {
     /// As [`SqliteStore::open`].
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn StoreClock>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let mut conn = Connection::open(&path).map_err(db_err("cannot open the database file"))?;
-        conn.busy_timeout(Duration::from_secs(5))
-            .map_err(db_err("cannot set the busy timeout"))?;
-        // journal_mode returns a row; WAL is persistent in the file.
-        conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
-            .map_err(db_err("cannot switch to WAL mode"))?;
+        let shown = path.display().to_string();
+        let at = |what: &str| format!("{what} {shown:?}");
+        // A plain file: no URI parsing (which could turn locking off or
+        // open an in-memory database), and none of SQLite's special names.
+        if shown.is_empty() || shown == ":memory:" {
+            return Err(StoreError::new(
+                KIND,
+                format!("{shown:?} is not a file path: the SQLite store needs a file that processes share"),
+            )
+            .into());
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags)
+            .map_err(db_err(&at("cannot open the database file")))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(db_err(&at("cannot set the busy timeout on")))?;
+        // Switching to WAL takes an exclusive lock that the busy timeout
+        // does not wait for: retry while other processes open the same new
+        // file. WAL is persistent in the file, so this is a one-time race.
+        let started = std::time::Instant::now();
+        let mode = loop {
+            match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                other => break other.map_err(db_err(&at("cannot switch to WAL mode:")))?,
+            }
+        };
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::new(
+                KIND,
+                format!(
+                    "{} stays in journal mode {mode:?}, not WAL",
+                    at("the database")
+                ),
+            )
+            .into());
+        }
         conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
-            .map_err(db_err("cannot set pragmas"))?;
-        migrate(&mut conn)?;
+            .map_err(db_err(&at("cannot set pragmas on")))?;
+        migrate(&mut conn, &shown)?;
         clock.now()?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
@@ -196,12 +260,19 @@ impl SqliteStore {
 
     /// Runs `f` in one IMMEDIATE transaction on a blocking thread, with the
     /// clock read after the write lock was taken.
+    ///
+    /// If the caller's future is dropped before the transaction commits
+    /// (an abandoned acquisition, a renewal past its deadline), the
+    /// transaction is rolled back: the blocking thread cannot be stopped,
+    /// but it checks before committing.
     async fn tx<T: Send + 'static>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let conn = self.conn.clone();
         let clock = self.clock.clone();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _guard = AbandonOnDrop(abandoned.clone());
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().map_err(|_| {
                 StoreError::new(KIND, "connection lock poisoned by an earlier panic")
@@ -211,6 +282,10 @@ impl SqliteStore {
                 .map_err(db_err("cannot begin a transaction"))?;
             let now = clock.now()?;
             let out = f(&tx, &now)?;
+            if abandoned.load(Ordering::SeqCst) {
+                // Dropping `tx` rolls back.
+                return Err(StoreError::new(KIND, "the caller gave up: rolled back").into());
+            }
             tx.commit().map_err(db_err("cannot commit"))?;
             Ok(out)
         })
@@ -249,7 +324,7 @@ impl SqliteStore {
     }
 }
 
-fn migrate(conn: &mut Connection) -> Result<()> {
+fn migrate(conn: &mut Connection, shown: &str) -> Result<()> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db_err("cannot begin the schema transaction"))?;
@@ -259,11 +334,31 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     if version > SCHEMA_VERSION {
         return Err(StoreError::new(
             KIND,
-            format!("the database has schema version {version}; this worklease knows up to {SCHEMA_VERSION}: upgrade worklease"),
+            format!(
+                "{shown:?} has schema version {version}: newer than this worklease's {SCHEMA_VERSION} \
+                 (upgrade worklease), or not a worklease database"
+            ),
         )
         .into());
     }
     if version < 1 {
+        // Refuse to add our tables to another application's database.
+        let foreign: Option<String> = tx
+            .query_row(
+                "SELECT name FROM sqlite_master WHERE type = 'table'
+                 AND name NOT IN ('worklease_sequence', 'worklease_leases') LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err("cannot read the schema"))?;
+        if let Some(table) = foreign {
+            return Err(StoreError::new(
+                KIND,
+                format!("{shown:?} is not a worklease database (it has a table {table:?}): use a file of its own"),
+            )
+            .into());
+        }
         tx.execute_batch(
             "CREATE TABLE IF NOT EXISTS worklease_sequence (
                  name  TEXT PRIMARY KEY,
@@ -311,9 +406,12 @@ impl Row {
     }
 
     fn extend(&mut self, now: &ClockReading, ttl: Duration) -> SystemTime {
-        self.record.ttl_ms = ttl.as_millis() as u64;
+        self.record.ttl_ms = crate::limits::ceil_millis(ttl);
         self.clock_epoch = now.epoch.clone();
-        self.expires_clock_ms = now.millis + self.record.ttl_ms;
+        // The reading is truncated to the millisecond: the true now may be
+        // up to 1 ms later. Rounding up keeps the store's expiry at or after
+        // the holder's deadline (send time + TTL - margin).
+        self.expires_clock_ms = now.millis + 1 + self.record.ttl_ms;
         let wall = SystemTime::now() + ttl;
         self.expires_at_unix_ms = crate::token::unix_millis(wall);
         wall
@@ -338,6 +436,7 @@ impl Row {
             expires_in: if live { self.remaining(now) } else { None },
             expired: !live,
             released: self.record.phase == Phase::Released,
+            ended: (!live).then(|| self.record.end()),
             checkpoint_bytes: self.record.checkpoint.as_ref().map_or(0, Bytes::len),
             handoff: self.record.handoff(),
         }
@@ -463,7 +562,7 @@ impl LeaseStore for SqliteStore {
                 current.as_ref().is_some_and(|r| r.unexpired(now)),
                 &work_id,
                 &holder_id,
-                ttl.as_millis() as u64,
+                crate::limits::ceil_millis(ttl),
                 next,
                 current.as_ref().and_then(|r| r.remaining(now)),
             )?;
