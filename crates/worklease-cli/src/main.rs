@@ -11,6 +11,7 @@
 //! worklease checkpoint set [--token T] [--store URL] [DATA]
 //! worklease checkpoint get [--token T] [--store URL] [--json]
 //! worklease release --force [--store URL] WORK_ID
+//! worklease elect  [--store URL] [--ttl 15s] [--poll 2s] [--holder ID] [--grace 10s] ELECTION -- CMD [ARGS...]
 //! ```
 //!
 //! ## The store
@@ -54,6 +55,7 @@ use worklease::store::url::{self, StoreSpec};
 use worklease::LeaseStore;
 
 mod checkpoint;
+mod elect;
 mod exit;
 mod release;
 mod run;
@@ -103,6 +105,24 @@ Examples:
   worklease run --wait --poll 500ms --ttl 30s shard-7 -- ./process-shard 7
   worklease run --store sqlite:/srv/leases.db --holder web-1 migrate -- ./migrate.sh
   worklease run job -- sh -c 'echo \"token $WORKLEASE_FENCING_TOKEN\"; ./work'
+";
+
+const ELECT_HELP: &str = "\
+Campaigns in ELECTION (a work ID) and runs CMD only while this process leads.
+Candidates wait for the leader to step down (woken at once when it releases)
+or for its lease to expire. The leader's generation (its fencing token, larger
+with every change of leader) is in WORKLEASE_FENCING_TOKEN; the child gets the
+same WORKLEASE_* environment as under `run`. When the child exits, leadership
+is released and a standby leads at once. If leadership is lost, the child's
+process group gets SIGTERM, then SIGKILL after --grace, and elect exits 76.
+
+Exit status: the child's (128+N if signal N ended it); 76 leadership lost;
+128+N a signal ended the campaign; 64 usage error; 69 store failure.
+
+Examples:
+  # On every node: exactly one runs the scheduler; if it dies, another takes over.
+  worklease elect --ttl 10s scheduler -- ./scheduler --generation-from-env
+  worklease elect --store sqlite:/srv/leases.db --holder node-1 compactor -- ./compact
 ";
 
 const STATUS_HELP: &str = "\
@@ -195,6 +215,9 @@ enum Command {
     /// Run a command while holding the lease on a work ID.
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
+    /// Run a command only while this process leads an election.
+    #[command(after_help = ELECT_HELP)]
+    Elect(ElectArgs),
     /// Show the leases in the store.
     #[command(after_help = STATUS_HELP)]
     Status(StatusArgs),
@@ -277,6 +300,39 @@ pub struct RunArgs {
     work_id: WorkId,
 
     /// The command to run, after `--`, and its arguments.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+/// Arguments of `worklease elect`.
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// Leadership TTL: how long a standby waits for a leader that stopped
+    /// renewing (renewed every TTL/3), e.g. 500ms, 15s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    ttl: Duration,
+
+    /// How often a candidate retries (a release wakes it at once).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    poll: Duration,
+
+    /// Candidate (holder) ID [default: <hostname>:<pid>].
+    #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
+    holder: Option<HolderId>,
+
+    /// When leadership is lost: how long after SIGTERM the child's process
+    /// group gets SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    grace: Duration,
+
+    /// The election (a work ID: 1 to 256 bytes, no control characters).
+    #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
+    election: WorkId,
+
+    /// The command to run while leading, after `--`, and its arguments.
     #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
     command: Vec<OsString>,
 }
@@ -412,6 +468,7 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Checkpoint(CheckpointCommand::Set(args)) => checkpoint::set(args).await,
         Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
         Command::Release(args) => release::release(args).await,
+        Command::Elect(args) => elect::elect(args).await,
     }
 }
 

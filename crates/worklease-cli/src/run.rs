@@ -77,75 +77,24 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     };
 
-    let mut child = match spawn(&args.command, &token, &child_url) {
+    let child = match spawn(&args.command, &token, &child_url) {
         Ok(child) => child,
         Err(e) => {
-            let code = match e.kind() {
-                std::io::ErrorKind::NotFound => exit::COMMAND_NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
-            };
             if let Ok(token) = renewal.stop().await {
                 release_after_failure(&leases, token).await;
             }
-            return Err(Failure::new(
-                code,
-                format!("cannot run {:?}: {e}", args.command[0]),
-            ));
+            return Err(cannot_run(&args.command, e));
         }
     };
-    // The child leads its own process group: its ID is the group's.
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
-
     let lost = renewal.lost_signal();
-    let mut lost_seen = false;
-    let mut kill_at: Option<Instant> = None;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            Some(sig) = signals.recv() => {
-                tracing::debug!(signal = %sig, "forwarding a signal to the child's process group");
-                signal_group(group, sig);
-            }
-            _ = lost.cancelled(), if !lost_seen => {
-                lost_seen = true;
-                let cause = renewal
-                    .lost_cause()
-                    .map_or_else(|| format!("lost the lease on {:?}", token.work_id().as_str()), |e| e.to_string());
-                eprintln!(
-                    "worklease: {cause}; stopping the child: SIGTERM now, SIGKILL in {}",
-                    humantime::format_duration(args.grace),
-                );
-                signal_group(group, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + args.grace);
-            }
-            _ = sleep_until(kill_at), if kill_at.is_some() => {
-                tracing::warn!("the child did not stop within --grace: SIGKILL");
-                signal_group(group, Signal::SIGKILL);
-                kill_at = None;
-            }
-        }
+    let describe = || {
+        renewal.lost_cause().map_or_else(
+            || format!("lost the lease on {:?}", token.work_id().as_str()),
+            |e| e.to_string(),
+        )
     };
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => {
-            // Cannot happen with a child we spawned; stop everything.
-            signal_group(group, Signal::SIGKILL);
-            return Err(Failure::new(
-                exit::SOFTWARE,
-                format!("cannot wait for the child: {e}"),
-            ));
-        }
-    };
-    let code = exit::of_status(status);
-    tracing::debug!(code, "the child exited");
-
+    let (code, lost_seen) = supervise(child, &lost, describe, args.grace, &mut signals).await?;
     if lost_seen {
-        // Whatever the child left running in its group must not outlive the
-        // lease either.
-        signal_group(group, Signal::SIGKILL);
         return Ok(exit::LOST);
     }
     let token = match renewal.stop().await {
@@ -174,6 +123,79 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
 enum Acquired {
     Token(Token),
     Interrupted(Signal),
+}
+
+/// The failure for a command that cannot be started.
+pub fn cannot_run(command: &[OsString], e: std::io::Error) -> Failure {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => exit::COMMAND_NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
+    };
+    Failure::new(code, format!("cannot run {:?}: {e}", command[0]))
+}
+
+/// Supervises a running child until it exits: forwards signals to its
+/// process group and, when `lost` fires, SIGTERMs the group and SIGKILLs it
+/// after `grace`. Returns the exit status to report (the child's) and
+/// whether the lease was lost meanwhile; after a loss, what is left of the
+/// group gets SIGKILL too.
+pub async fn supervise(
+    mut child: tokio::process::Child,
+    lost: &tokio_util::sync::CancellationToken,
+    describe_loss: impl Fn() -> String,
+    grace: Duration,
+    signals: &mut Signals,
+) -> Result<(u8, bool), Failure> {
+    // The child leads its own process group: its ID is the group's.
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let mut lost_seen = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            Some(sig) = signals.recv() => {
+                tracing::debug!(signal = %sig, "forwarding a signal to the child's process group");
+                signal_group(group, sig);
+            }
+            _ = lost.cancelled(), if !lost_seen => {
+                lost_seen = true;
+                eprintln!(
+                    "worklease: {}; stopping the child: SIGTERM now, SIGKILL in {}",
+                    describe_loss(),
+                    humantime::format_duration(grace),
+                );
+                signal_group(group, Signal::SIGTERM);
+                kill_at = Some(Instant::now() + grace);
+            }
+            _ = sleep_until(kill_at), if kill_at.is_some() => {
+                tracing::warn!("the child did not stop within --grace: SIGKILL");
+                signal_group(group, Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            // Cannot happen with a child we spawned; stop everything.
+            signal_group(group, Signal::SIGKILL);
+            return Err(Failure::new(
+                exit::SOFTWARE,
+                format!("cannot wait for the child: {e}"),
+            ));
+        }
+    };
+    let code = exit::of_status(status);
+    tracing::debug!(code, "the child exited");
+    if lost_seen {
+        // Whatever the child left running in its group must not outlive the
+        // lease either.
+        signal_group(group, Signal::SIGKILL);
+    }
+    Ok((code, lost_seen))
 }
 
 /// Acquires the lease: at once, or with `--wait` until it is free or a
@@ -240,7 +262,7 @@ async fn acquire(
 
 /// Starts the child in its own process group with the `WORKLEASE_*`
 /// environment; on Linux it is killed if this process dies.
-fn spawn(
+pub fn spawn(
     command: &[OsString],
     token: &Token,
     store_url: &str,
@@ -308,7 +330,7 @@ async fn release_after_failure(leases: &Leases, token: Token) {
 }
 
 /// `<hostname>:<pid>`.
-fn default_holder() -> String {
+pub fn default_holder() -> String {
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -327,14 +349,14 @@ pub fn fmt_secs(d: Duration) -> String {
 }
 
 /// The forwarded signals, delivered through a channel.
-struct Signals {
+pub struct Signals {
     rx: mpsc::UnboundedReceiver<Signal>,
 }
 
 impl Signals {
     /// Installs handlers for [`FORWARDED`]: from now on these signals no
     /// longer end this process, they are delivered by [`Signals::recv`].
-    fn install() -> Result<Self, Failure> {
+    pub fn install() -> Result<Self, Failure> {
         use tokio::signal::unix::{signal, SignalKind};
         let (tx, rx) = mpsc::unbounded_channel();
         for sig in FORWARDED {
@@ -356,7 +378,7 @@ impl Signals {
         Ok(Self { rx })
     }
 
-    async fn recv(&mut self) -> Option<Signal> {
+    pub async fn recv(&mut self) -> Option<Signal> {
         self.rx.recv().await
     }
 }

@@ -816,3 +816,89 @@ fn a_signal_ends_a_wait_with_128_plus_n() {
     let (status, err) = first.wait(LONG);
     assert_eq!(code(status), 0, "{err}");
 }
+
+/// Starts `worklease -v elect` for `name` in `election` with a 1 s TTL,
+/// once it reports that it is campaigning.
+fn elect(w: &World, election: &str, name: &str) -> Running {
+    let script = holder_script(name);
+    let mut r = w.spawn(&[
+        "-v", "elect", "--ttl", "1s", "--poll", "100ms", "--grace", "2s", "--holder", name,
+        election, "--", "sh", "-c", &script,
+    ]);
+    r.wait_for_line("campaigning", LONG);
+    r
+}
+
+#[test]
+fn elect_runs_the_child_of_one_leader_and_hands_over_when_it_exits() {
+    let w = World::new();
+    let a = elect(&w, "scheduler", "a");
+    w.wait_for_file("a.started", LONG);
+    let b = elect(&w, "scheduler", "b");
+    // b campaigns while a leads and renews (three TTLs): it must not lead.
+    let a_token = w.read_token("a.token");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !w.path("b.started").exists(),
+        "S1: two leaders' children ran"
+    );
+    let stopped = Instant::now();
+    w.touch("a.stop");
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    w.wait_for_file("b.started", LONG);
+    assert!(
+        stopped.elapsed() < Duration::from_secs(1),
+        "a graceful step-down hands over within a poll, not a TTL: {:?}",
+        stopped.elapsed()
+    );
+    assert!(w.read_token("b.token") > a_token, "generations increase");
+    w.touch("b.stop");
+    let (status, err) = b.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn elect_after_sigkill_of_the_leader_a_standby_leads_within_ttl_plus_poll() {
+    let w = World::new();
+    let a = elect(&w, "compactor", "a");
+    w.wait_for_file("a.started", LONG);
+    let child_pid: i32 = w.read("a.pid").trim().parse().expect("pid");
+    let b = elect(&w, "compactor", "b");
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(a.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    w.wait_for_file("b.started", LONG);
+    let took = killed.elapsed();
+    // TTL 1 s + poll 100 ms, with slack for a loaded machine.
+    assert!(
+        took < Duration::from_millis(1100 + 1500),
+        "standby led after {took:?}"
+    );
+    assert!(
+        poll_until(LONG, || process_gone(child_pid)),
+        "the dead leader's child was killed with it"
+    );
+    drop(a);
+    w.touch("b.stop");
+    let (status, err) = b.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn elect_stops_the_child_and_exits_76_when_leadership_is_revoked() {
+    let w = World::new();
+    let a = elect(&w, "indexer", "a");
+    w.wait_for_file("a.started", LONG);
+    let out = w.output(&["release", "--force", "indexer"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(
+        err.contains("revoked"),
+        "the message names the cause: {err}"
+    );
+}

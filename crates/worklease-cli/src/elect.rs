@@ -1,0 +1,103 @@
+//! `worklease elect`: run a child only while this process leads an
+//! election.
+//!
+//! 1. Campaign (wait to lead, woken by releases, polling otherwise); a
+//!    signal while campaigning ends the wait with 128 + N.
+//! 2. While leading: run the child with the `WORKLEASE_*` environment (the
+//!    generation is `WORKLEASE_FENCING_TOKEN`), forward signals to it.
+//! 3. Leadership lost: SIGTERM the child's group, SIGKILL after `--grace`,
+//!    exit 76.
+//! 4. The child exits while leading: release (a standby leads at once) and
+//!    exit with the child's status.
+
+use std::sync::Arc;
+
+use nix::sys::signal::Signal;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use worklease::election::Elector;
+
+use crate::exit::{self, Failure};
+use crate::run::{cannot_run, default_holder, spawn, supervise, Signals};
+use crate::ElectArgs;
+
+/// Runs `worklease elect` and returns its exit status.
+pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
+    let (child_url, store) = args.store.open()?;
+    let holder = args
+        .holder
+        .as_ref()
+        .map_or_else(default_holder, |h| h.to_string());
+    let elector = Elector::builder(store, args.election.as_str(), holder)
+        .ttl(args.ttl)
+        .poll_interval(args.poll)
+        .build()?;
+    tracing::info!(election = %args.election, owner = elector.owner(), "campaigning");
+    // The signals belong to the campaign until this process leads, then to
+    // the child's supervision: `leading` hands them over.
+    let signals = Arc::new(Mutex::new(Signals::install()?));
+    let leading = CancellationToken::new();
+    let lead = elector.lead(|l| {
+        let (signals, leading) = (signals.clone(), leading.clone());
+        let (command, grace) = (&args.command, args.grace);
+        let child_url = child_url.clone();
+        async move {
+            leading.cancel();
+            let mut signals = signals.lock().await;
+            let token = l.token();
+            tracing::info!(generation = l.generation(), "leading");
+            let child = spawn(command, &token, &child_url).map_err(|e| cannot_run(command, e))?;
+            let lost = l.lost();
+            let describe = || {
+                l.lost_cause().map_or_else(
+                    || format!("lost the leadership of {:?}", token.work_id().as_str()),
+                    |e| e.to_string(),
+                )
+            };
+            supervise(child, &lost, describe, grace, &mut signals).await
+        }
+    });
+    tokio::pin!(lead);
+    let interrupted = tokio::select! {
+        outcome = &mut lead => return finish(outcome),
+        sig = signal_while_campaigning(&signals, &leading) => sig,
+    };
+    match interrupted {
+        Some(sig) => {
+            eprintln!(
+                "worklease: {sig} while campaigning for {:?}: gave up",
+                args.election.as_str()
+            );
+            Ok(128 + sig as u8)
+        }
+        None => finish(lead.await),
+    }
+}
+
+/// The exit status once leadership ended.
+fn finish(outcome: worklease::Result<Result<(u8, bool), Failure>>) -> Result<u8, Failure> {
+    let (code, lost) = outcome??;
+    Ok(if lost { exit::LOST } else { code })
+}
+
+/// The first terminating signal before this process leads; `None` once it
+/// leads (the child's supervision takes the signals over).
+async fn signal_while_campaigning(
+    signals: &Mutex<Signals>,
+    leading: &CancellationToken,
+) -> Option<Signal> {
+    let mut signals = tokio::select! {
+        s = signals.lock() => s,
+        _ = leading.cancelled() => return None,
+    };
+    loop {
+        tokio::select! {
+            _ = leading.cancelled() => return None,
+            Some(sig) = signals.recv() => {
+                if !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2) {
+                    return Some(sig);
+                }
+            }
+        }
+    }
+}
