@@ -118,7 +118,7 @@ mod tests {
             fencing_token: 1,
         };
         assert_eq!(code_of(&fenced), LOST);
-        let invalid = Error::from(worklease::InvalidInput::EmptyWorkId { max: 256 });
+        let invalid = Error::from(worklease::InvalidInput::EmptyWorkId { max: 1024 });
         assert_eq!(code_of(&invalid), USAGE);
         let store = Error::from(worklease::StoreError::new("sqlite", "disk on fire"));
         assert_eq!(code_of(&store), UNAVAILABLE);

@@ -295,7 +295,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
 
-    /// The work ID to hold (1 to 256 bytes, no control characters).
+    /// The work ID to hold (1 to 1024 bytes, no control characters).
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_id: WorkId,
 
@@ -328,7 +328,7 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     grace: Duration,
 
-    /// The election (a work ID: 1 to 256 bytes, no control characters).
+    /// The election (a work ID: 1 to 1024 bytes, no control characters).
     #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
     election: WorkId,
 

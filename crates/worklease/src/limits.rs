@@ -3,9 +3,10 @@
 //! Work IDs and holder IDs are data: they are validated once, here, into
 //! [`WorkId`] and [`HolderId`], and every store binds them as parameters or
 //! escapes them. The limits are chosen so that every store the project
-//! supports can hold them: 256 bytes of ID fit in an S3 key (1,024 bytes)
-//! with a prefix, and a 1 MiB checkpoint fits under etcd's default request
-//! limit (1.5 MiB).
+//! supports can hold them: a 1 KiB work ID fits in a PostgreSQL text
+//! column, a Redis key and an etcd key (a store whose keys are shorter,
+//! such as S3 with its 1,024-byte keys, maps long IDs to keys itself), and
+//! a 1 MiB checkpoint fits under etcd's default request limit (1.5 MiB).
 
 use std::fmt;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use crate::error::InvalidInput;
 
 /// The longest work ID, in bytes (UTF-8).
-pub const MAX_WORK_ID_BYTES: usize = 256;
+pub const MAX_WORK_ID_BYTES: usize = 1024;
 /// The longest holder ID, in bytes (UTF-8).
 pub const MAX_HOLDER_ID_BYTES: usize = 256;
 /// The largest checkpoint, in bytes.
@@ -164,10 +165,11 @@ mod tests {
 
     #[test]
     fn ids_name_their_limits() {
-        assert!(WorkId::new("").unwrap_err().to_string().contains("256"));
+        assert!(WorkId::new("").unwrap_err().to_string().contains("1024"));
         let long = "x".repeat(MAX_WORK_ID_BYTES + 1);
         let e = WorkId::new(long).unwrap_err().to_string();
-        assert!(e.contains("257") && e.contains("256"), "{e}");
+        assert!(e.contains("1025") && e.contains("1024"), "{e}");
+        assert!(WorkId::new("é".repeat(MAX_WORK_ID_BYTES / 2)).is_ok());
         assert!(HolderId::new("a\nb").is_err());
         assert!(WorkId::new("evil\u{202E}txt").is_err());
         assert!(WorkId::new("zero\u{200B}width").is_err());
