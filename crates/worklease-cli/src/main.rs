@@ -55,6 +55,7 @@ use worklease::store::url::{self, StoreSpec};
 use worklease::LeaseStore;
 
 mod checkpoint;
+mod demo;
 mod elect;
 mod exit;
 mod release;
@@ -227,6 +228,13 @@ enum Command {
     /// Take a lease away from whoever holds it (needs --force).
     #[command(after_help = RELEASE_HELP)]
     Release(ReleaseArgs),
+    /// Demo: workers process a directory in shards; one gets SIGKILL,
+    /// another resumes its shard from the checkpoint.
+    #[command(after_help = demo::HELP)]
+    Demo(demo::DemoArgs),
+    /// The child of `worklease demo`: processes one shard (internal).
+    #[command(hide = true)]
+    DemoShard(demo::DemoShardArgs),
 }
 
 /// The store option shared by every subcommand.
@@ -469,6 +477,8 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
         Command::Release(args) => release::release(args).await,
         Command::Elect(args) => elect::elect(args).await,
+        Command::Demo(args) => demo::demo(args).await,
+        Command::DemoShard(args) => demo::demo_shard(args).await,
     }
 }
 

@@ -1,0 +1,211 @@
+//! End-to-end test of `worklease demo`: the real binary, on a small
+//! directory of text files the test creates.
+//!
+//! The demo synchronises on its children's output itself (the SIGKILL
+//! follows a checkpoint line); the test only bounds how long it may take.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_worklease");
+
+/// Far more than the demo needs (about TTL + 1s): only a hung demo hits it.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// 30 text files (some in subdirectories), plus files the demo must skip:
+/// binary, not UTF-8, and under target/ and .git/.
+fn make_input(dir: &Path) {
+    for i in 0..30 {
+        let sub = match i % 3 {
+            0 => dir.to_path_buf(),
+            1 => dir.join("notes"),
+            _ => dir.join("notes/deep"),
+        };
+        std::fs::create_dir_all(&sub).expect("mkdir");
+        let text: String = (0..=i)
+            .map(|line| format!("file {i} line {line}: the quick brown fox\n"))
+            .collect();
+        std::fs::write(sub.join(format!("file-{i:02}.txt")), text).expect("write");
+    }
+    std::fs::write(dir.join("image.bin"), [0u8, 1, 2, 255]).expect("write");
+    std::fs::write(dir.join("latin1.txt"), b"caf\xe9\n").expect("write");
+    for skipped in ["target", ".git"] {
+        std::fs::create_dir_all(dir.join(skipped)).expect("mkdir");
+        std::fs::write(dir.join(skipped).join("skip.txt"), "not counted\n").expect("write");
+    }
+}
+
+/// Runs `worklease ARGS` to its end (bounded by [`LIMIT`]), with
+/// `WORKLEASE_HOME` pointing at `home` and no WORKLEASE_STORE.
+fn run_demo(args: &[&str], home: &Path) -> Output {
+    let child = Command::new(BIN)
+        .args(args)
+        .env_remove("WORKLEASE_STORE")
+        .env_remove("WORKLEASE_TOKEN")
+        .env_remove("RUST_LOG")
+        .env("WORKLEASE_HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worklease demo");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(LIMIT) {
+        Ok(out) => out.expect("wait for worklease demo"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid")),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("worklease demo did not end within {LIMIT:?}");
+        }
+    }
+}
+
+/// The numbers after each `fencing token ` in `line`, in order.
+fn fencing_tokens(line: &str) -> Vec<u64> {
+    line.split("fencing token ")
+        .skip(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .expect("a fencing token")
+        })
+        .collect()
+}
+
+/// `(K, N)` of `from the checkpoint at file K of N` in `line`.
+fn resumed_at(line: &str) -> (u64, u64) {
+    let rest = line
+        .split_once("from the checkpoint at file ")
+        .expect("a checkpoint position")
+        .1;
+    let (k, rest) = rest.split_once(" of ").expect("K of N");
+    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    (k.parse().expect("K"), n.parse().expect("N"))
+}
+
+#[test]
+fn the_demo_kills_a_worker_and_every_shard_is_processed_exactly_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = tmp.path().join("input");
+    make_input(&input);
+    let home = tmp.path().join("home");
+
+    let started = Instant::now();
+    let input_arg = input.to_str().expect("UTF-8 path");
+    let out = run_demo(
+        &[
+            "demo",
+            "--workers",
+            "3",
+            "--shards",
+            "4",
+            "--ttl",
+            "1s",
+            input_arg,
+        ],
+        &home,
+    );
+    let took = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let all = format!("stdout:\n{stdout}\nstderr:\n{stderr}\n(took {took:?})");
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "OK: every shard processed exactly once to completion"),
+        "{all}"
+    );
+    assert!(
+        stdout.contains("30 text files") && stdout.contains("; 2 files skipped"),
+        "{all}"
+    );
+    for shard in 0..4 {
+        assert!(stdout.contains(&format!("demo/shard-{shard} ")), "{all}");
+    }
+    assert!(stdout.contains("SIGKILL to worker-"), "{all}");
+
+    // A shard resumed from the middle after an unclean hand-off, with a
+    // larger fencing token than the killed holder's.
+    let resumed = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("resumed: "))
+        .unwrap_or_else(|| panic!("no resumed shard reported\n{all}"));
+    assert!(
+        resumed.contains("clean hand-off: no") && resumed.contains("expired after its SIGKILL"),
+        "{resumed}\n{all}"
+    );
+    let tokens = fencing_tokens(resumed);
+    assert_eq!(tokens.len(), 2, "{resumed}");
+    assert!(tokens[0] > tokens[1], "{resumed}");
+    let (k, n) = resumed_at(resumed);
+    assert!(0 < k && k < n, "not resumed mid-shard: {resumed}");
+
+    // The demo used its own store, not the default one.
+    assert!(!home.join("leases.db").exists(), "{all}");
+}
+
+#[test]
+fn without_the_kill_every_hand_off_is_clean() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = tmp.path().join("input");
+    make_input(&input);
+    let input_arg = input.to_str().expect("UTF-8 path");
+    let out = run_demo(
+        &[
+            "demo",
+            "--no-kill",
+            "--workers",
+            "2",
+            "--shards",
+            "3",
+            input_arg,
+        ],
+        &tmp.path().join("home"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("OK: every shard processed exactly once to completion"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("SIGKILL to"), "{stdout}");
+    assert!(
+        stdout.contains("No shard was resumed after an unclean hand-off."),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn demo_usage_errors_exit_64() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let home = tmp.path().join("home");
+    let cases: &[&[&str]] = &[
+        &["demo", "--store", "memory:", "."],
+        &["demo", "--workers", "0", "."],
+        &["demo", "--ttl", "0", "."],
+        &["demo", empty.to_str().expect("UTF-8 path")],
+        &["demo", "/no/such/dir"],
+    ];
+    for args in cases {
+        let out = run_demo(args, &home);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "worklease {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
