@@ -41,6 +41,11 @@ mod renewal;
 pub mod store;
 mod token;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use error::{Error, InvalidInput, Result, StoreError};
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
