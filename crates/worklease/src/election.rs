@@ -189,15 +189,8 @@ impl ElectorBuilder {
             Some(i) => RenewalOptions::new().interval(i),
             None => RenewalOptions::new(),
         };
+        renewal.check(&leases)?;
         let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
-        if let Some(i) = self.renew_interval {
-            let window = leases.ttl() - leases.safety_margin();
-            if i < Duration::from_millis(1) || i >= window {
-                return rule(format!(
-                    "renew interval {i:?} must be at least 1ms and shorter than TTL - safety margin ({window:?})"
-                ));
-            }
-        }
         if self.poll_interval < Duration::from_millis(1) {
             return rule(format!(
                 "poll interval {:?} must be at least 1ms",

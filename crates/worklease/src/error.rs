@@ -99,9 +99,11 @@ pub enum InvalidInput {
     },
 }
 
-/// A failure of the store itself, as opposed to a lease outcome.
+/// A failure of the store itself, as opposed to a lease outcome. Its
+/// message ends with the underlying error's, so that a user sees the cause
+/// ("database is locked", "Is a directory") without walking the chain.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{kind} store: {message}")]
+#[error("{kind} store: {message}{}", fmt_source(.source))]
 pub struct StoreError {
     /// The kind of store (`"memory"`, `"sqlite"`, ...).
     pub kind: &'static str,
@@ -155,7 +157,7 @@ pub enum Error {
     },
     /// The token's lease expired and nobody has taken it since
     /// (Go: `ErrLeaseExpired`). Nothing was changed.
-    #[error("lease on {work_id:?} with fencing token {fencing_token} has expired")]
+    #[error("lease on {work_id:?} with fencing token {fencing_token} has expired or was released")]
     Expired {
         /// The work ID.
         work_id: String,
@@ -224,6 +226,13 @@ impl Error {
     /// True for a failure of the store, which a retry may cure.
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Store(_))
+    }
+}
+
+fn fmt_source(s: &Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>) -> String {
+    match s {
+        Some(e) => format!(": {e}"),
+        None => String::new(),
     }
 }
 

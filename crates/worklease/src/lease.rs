@@ -219,6 +219,9 @@ impl Leases {
     /// # Errors
     /// * [`Error::Held`] when another acquisition is live and waiting was
     ///   not asked for;
+    /// * [`Error::Expired`] when the store granted the lease but its reply
+    ///   came after the holder's deadline (the grant is handed back; a
+    ///   waiting acquisition waits on instead);
     /// * [`Error::Cancelled`] / [`Error::WaitTimedOut`] when a wait is
     ///   cancelled or runs out (never `Held`);
     /// * [`Error::Invalid`] for a bad work ID or poll interval (nothing is
@@ -269,6 +272,34 @@ impl Leases {
                 .await;
             let duration = sent.elapsed();
             let expires_in = match result {
+                // A grant whose deadline passed before its reply arrived (a
+                // store that was busy or slow) is of no use: hand it back,
+                // best effort, and wait on, or report the lease expired.
+                Ok(grant) if self.deadline_from(sent) <= Instant::now() => {
+                    let lease = LeaseRef {
+                        work_id: &work_id,
+                        holder_id: &self.inner.holder_id,
+                        fencing_token: grant.fencing_token,
+                    };
+                    if let Err(e) = self.inner.store.release(lease).await {
+                        tracing::debug!(error = %e, "could not hand back a grant that arrived too late");
+                    }
+                    if !options.wait {
+                        let e = Error::Expired {
+                            work_id: work_id.to_string(),
+                            fencing_token: grant.fencing_token,
+                        };
+                        self.inner.observer.on_acquire(&AcquireEvent {
+                            work_id: &work_id,
+                            token: None,
+                            error: Some(&e),
+                            attempts,
+                            duration,
+                        });
+                        return Err(e);
+                    }
+                    Some(Duration::ZERO)
+                }
                 Ok(grant) => {
                     let token = Token {
                         work_id: work_id.clone(),
@@ -494,7 +525,7 @@ impl Leases {
     ///
     /// # Errors
     /// [`Error::Invalid`] when the options break a rule (see
-    /// [`RenewalOptions`]) or the token belongs to another holder.
+    /// [`RenewalOptions::check`]) or the token belongs to another holder.
     pub fn start_renewal(&self, token: Token, options: RenewalOptions) -> Result<Renewal> {
         self.check_token(&token)?;
         Renewal::start(self.clone(), token, options)

@@ -66,10 +66,24 @@ impl RenewalOptions {
         self
     }
 
-    fn checked_interval(&self, leases: &Leases) -> Result<Duration> {
+    /// Checks these options against `leases`' TTL and safety margin, and
+    /// returns the renewal interval in force. Call it before acquiring when
+    /// a lease that cannot be renewed is of no use: nothing is written.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the rule: the interval (default TTL/3) at
+    /// least 1 ms and shorter than TTL − safety margin; backoff initial at
+    /// least 1 ms and not above max; jitter between 0 and 1.
+    pub fn check(&self, leases: &Leases) -> Result<Duration> {
         let window = leases.ttl() - leases.safety_margin();
         let interval = self.interval.unwrap_or(leases.ttl() / 3);
         let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
+        if self.interval.is_none() && interval < Duration::from_millis(1) {
+            return rule(format!(
+                "TTL {:?} is too short to renew in the background: renewals every TTL/3 must be at least 1ms apart, so the TTL must be at least 3ms",
+                leases.ttl()
+            ));
+        }
         if interval < Duration::from_millis(1) || interval >= window {
             return rule(format!(
                 "renewal interval {interval:?} must be at least 1ms and shorter than TTL - safety margin ({window:?})"
@@ -111,7 +125,7 @@ pub struct Renewal {
 
 impl Renewal {
     pub(crate) fn start(leases: Leases, token: Token, options: RenewalOptions) -> Result<Self> {
-        let interval = options.checked_interval(&leases)?;
+        let interval = options.check(&leases)?;
         let (tx, rx) = watch::channel(Shared {
             token: token.clone(),
             lost: None,
@@ -289,7 +303,7 @@ async fn run(
                 }
                 Ok(Err(e)) if !e.is_transient() => break Err(e),
                 Ok(Err(e)) => e.to_string(),
-                Err(_elapsed) => "renew request still unanswered at the lease deadline".to_string(),
+                Err(_elapsed) => "no renewal succeeded before the lease deadline (the store did not answer in time, or this process was paused)".to_string(),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if token.deadline.is_none() || left < Duration::from_millis(1) {

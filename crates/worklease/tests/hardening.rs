@@ -162,3 +162,40 @@ fn many_processes_may_open_a_new_file_at_once() {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_that_arrives_after_the_deadline_is_handed_back() {
+    let (store, a) = memory_leases("a");
+    store.set_reply_delay(Duration::from_secs(10)); // more than the 9 s TTL
+    let e = a.acquire("w", AcquireOptions::new()).await.unwrap_err();
+    assert!(matches!(e, Error::Expired { .. }), "{e:?}");
+    store.set_reply_delay(Duration::ZERO);
+    let b = Leases::new(a.store().clone(), Config::new("b", Duration::from_secs(9))).unwrap();
+    b.acquire("w", AcquireOptions::new())
+        .await
+        .expect("the late grant was handed back");
+}
+
+#[test]
+fn sqlite_refuses_a_hard_linked_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.db");
+    drop(SqliteStore::open_with_clock(&a, Arc::new(TokioClock::new())).unwrap());
+    std::fs::hard_link(&a, dir.path().join("b.db")).unwrap();
+    let e = SqliteStore::open_with_clock(&a, Arc::new(TokioClock::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("hard links"), "{e}");
+}
+
+#[test]
+fn store_errors_show_their_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = SqliteStore::open_with_clock(dir.path(), Arc::new(TokioClock::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&dir.path().display().to_string()) && e.matches(':').count() >= 2,
+        "{e}"
+    );
+}

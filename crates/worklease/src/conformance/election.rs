@@ -230,7 +230,7 @@ pub async fn election_bad_config(s: &Suite) {
         .build()
         .err()
         .expect("refused");
-    assert!(e.to_string().contains("renew interval"), "{e}");
+    assert!(e.to_string().contains("renewal interval"), "{e}");
     let e = b()
         .poll_interval(Duration::ZERO)
         .build()

@@ -16,11 +16,14 @@ use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 /// Wraps a store; while [`FaultStore::set_unreachable`] is on, every call
 /// fails with a [`StoreError`] after the configured delay, without reaching
-/// the inner store. Every call first waits [`FaultStore::set_delay`].
+/// the inner store. Every call first waits [`FaultStore::set_delay`] before
+/// it reaches the store, and [`FaultStore::set_reply_delay`] after the store
+/// applied it (a slow or lost reply).
 pub struct FaultStore {
     inner: Arc<dyn LeaseStore>,
     unreachable: AtomicBool,
     delay_ms: AtomicU64,
+    reply_delay_ms: AtomicU64,
     calls: AtomicU64,
 }
 
@@ -31,6 +34,7 @@ impl FaultStore {
             inner,
             unreachable: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
+            reply_delay_ms: AtomicU64::new(0),
             calls: AtomicU64::new(0),
         }
     }
@@ -44,6 +48,20 @@ impl FaultStore {
     pub fn set_delay(&self, delay: Duration) {
         self.delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Delays every reply by `delay` after the store applied the call.
+    pub fn set_reply_delay(&self, delay: Duration) {
+        self.reply_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    async fn reply<T>(&self, r: T) -> T {
+        let delay = self.reply_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        r
     }
 
     /// How many calls were made, reachable or not.
@@ -78,11 +96,12 @@ impl LeaseStore for FaultStore {
         ttl: Duration,
     ) -> Result<Grant> {
         self.gate().await?;
-        self.inner.acquire(work_id, holder_id, ttl).await
+        self.reply(self.inner.acquire(work_id, holder_id, ttl).await)
+            .await
     }
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
         self.gate().await?;
-        self.inner.renew(lease, ttl).await
+        self.reply(self.inner.renew(lease, ttl).await).await
     }
     async fn checkpoint(
         &self,
@@ -91,23 +110,24 @@ impl LeaseStore for FaultStore {
         data: Bytes,
     ) -> Result<SystemTime> {
         self.gate().await?;
-        self.inner.checkpoint(lease, ttl, data).await
+        self.reply(self.inner.checkpoint(lease, ttl, data).await)
+            .await
     }
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
         self.gate().await?;
-        self.inner.read_checkpoint(lease).await
+        self.reply(self.inner.read_checkpoint(lease).await).await
     }
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
         self.gate().await?;
-        self.inner.release(lease).await
+        self.reply(self.inner.release(lease).await).await
     }
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
         self.gate().await?;
-        self.inner.inspect(work_ids).await
+        self.reply(self.inner.inspect(work_ids).await).await
     }
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
         self.gate().await?;
-        self.inner.revoke(work_id).await
+        self.reply(self.inner.revoke(work_id).await).await
     }
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         self.inner.watch(work_id)

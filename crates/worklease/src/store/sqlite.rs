@@ -217,6 +217,22 @@ impl SqliteStore {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags)
             .map_err(db_err(&at("cannot open the database file")))?;
+        // Another name for the same file (a hard link) would have its own
+        // WAL and lock files: two stores on one table, no exclusion.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let links = std::fs::metadata(&path)
+                .map_err(|e| StoreError::with_source(KIND, at("cannot read the metadata of"), e))?
+                .nlink();
+            if links > 1 {
+                return Err(StoreError::new(
+                    KIND,
+                    format!("{} has {links} hard links: processes using different names would not exclude each other; use one name", at("the database")),
+                )
+                .into());
+            }
+        }
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(db_err(&at("cannot set the busy timeout on")))?;
         // Switching to WAL takes an exclusive lock that the busy timeout
