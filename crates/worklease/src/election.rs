@@ -1,4 +1,4 @@
-//! Leader election on leases: the `hoplock` API (SPEC §2).
+//! Leader election on leases: the API of the Go package `hoplock`.
 //!
 //! One election is one work ID; its leader is the holder of that lease, and
 //! the leader's **generation is its fencing token**, so it strictly

@@ -51,7 +51,7 @@ impl Config {
     }
 
     /// How long before the end of its TTL a holder stops counting the lease
-    /// as its own (SPEC §3 "Clocks": send time + TTL − margin). It covers
+    /// as its own (the crate docs' "Clocks": send time + TTL − margin). It covers
     /// clock-rate differences between holder and store and the time a
     /// holder needs to stop its work. Default: TTL/10. Must be shorter than
     /// the TTL.

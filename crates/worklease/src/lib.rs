@@ -4,10 +4,38 @@
 //! one holder per work ID, fencing tokens that only go up, checkpoints
 //! handed from one holder to the next.
 //!
-//! The API follows the Go packages `worklease` (leases with checkpoints) and
-//! `hoplock` (leader election over a compare-and-swap register); see
-//! `SPEC.md` in the project's shared folder for the contract (S1–S5, L1)
-//! every store keeps, and `docs/adr/` for the decisions behind it.
+//! ## Where the API comes from
+//!
+//! It ports two Go packages: `worklease` (leases with checkpoints; notes
+//! like "(Go: `Renew`)" name the original of an item) and `hoplock` (leader
+//! election over a compare-and-swap register; "(hoplock: `State`)"). Where
+//! this crate differs, its docs say so, and `docs/adr/` says why.
+//!
+//! ## The contract every store keeps
+//!
+//! * **S1 mutual exclusion**: at no moment do two holders both believe, by
+//!   their own clocks, that they hold a live lease on one work ID.
+//! * **S2 fencing**: fencing tokens of a work ID strictly increase with
+//!   every acquisition and are never reused (release, expiry, restart).
+//! * **S3 stale writers lose**: renew, checkpoint and release with a token
+//!   that is no longer current change nothing and fail with
+//!   [`Error::Fenced`] (taken over or revoked) or [`Error::Expired`].
+//! * **S4 checkpoints survive**: an acknowledged checkpoint is what the next
+//!   holder reads, unless a later acknowledged one replaced it.
+//! * **S5 hand-off flag**: `clean_handoff` is true exactly when the previous
+//!   holder released.
+//! * **L1 liveness**: a released lease can be acquired at once; an expired
+//!   one within its TTL plus one poll interval.
+//!
+//! ## Clocks
+//!
+//! Expiry is judged by one clock per store, the store's own (for SQLite the
+//! host's monotonic clock with the boot ID), never by comparing two hosts'
+//! wall clocks. A holder counts its lease lost at the monotonic instant its
+//! last successful acquire or renew request was sent, plus the TTL, minus a
+//! safety margin ([`Config::safety_margin`]). A store without a clock (a
+//! bare register) uses the observation rule of
+//! [`store::register::RegisterStore`].
 //!
 //! ```
 //! use std::{sync::Arc, time::Duration};

@@ -50,7 +50,7 @@ impl Token {
     }
 
     /// The fencing token: strictly larger than every earlier acquisition's of
-    /// this work ID (SPEC S2).
+    /// this work ID (S2 in the crate docs).
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
@@ -69,7 +69,7 @@ impl Token {
 
     /// The monotonic instant at which this holder stops counting the lease as
     /// its own: the send time of the last successful acquire or renew request,
-    /// plus the TTL, minus the safety margin (SPEC §3 "Clocks"). `None` for a
+    /// plus the TTL, minus the safety margin (the crate docs' "Clocks"). `None` for a
     /// token parsed from text.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline

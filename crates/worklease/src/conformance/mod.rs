@@ -1,5 +1,5 @@
 //! The shared conformance suite (feature `testkit`): one `async fn` per
-//! property of the store contract (SPEC §3: S1–S5, L1, bad input), each
+//! property of the store contract (S1–S5, L1 and bad input of the crate docs), each
 //! taking a store, as `object_store`'s `integration.rs` does. A new
 //! guarantee is one new function here, and every store gets it through
 //! [`conformance_tests!`](crate::conformance_tests).
@@ -32,7 +32,7 @@ pub struct Suite {
     /// The store.
     pub store: Arc<dyn LeaseStore>,
     /// The lease TTL of the checks; default 1500 ms (a store with a coarser
-    /// clock must still keep it: SPEC asks for millisecond TTLs).
+    /// clock must still keep it: TTLs have millisecond precision).
     pub ttl: Duration,
     /// Whether the checks run on a paused tokio clock (set by
     /// [`conformance_tests!`](crate::conformance_tests)); checks that need

@@ -2,8 +2,8 @@
 //!
 //! Expiry is judged by tokio's monotonic clock ([`tokio::time::Instant`]),
 //! so a paused test clock drives it. Fencing tokens come from one sequence
-//! for the whole store, so they increase across all work IDs (SPEC §1
-//! "Fencing source"). Waiters are woken at once by a release or a revocation.
+//! for the whole store, so they increase across all work IDs (as in the Go
+//! original since v0.5). Waiters are woken at once by a release or a revocation.
 //!
 //! Not supported: sharing between processes, and durability: everything,
 //! fencing sequence included, is gone with the store value. Use the SQLite

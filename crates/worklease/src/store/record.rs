@@ -115,7 +115,7 @@ pub(crate) fn fenced(lease: LeaseRef<'_>) -> Error {
     }
 }
 
-/// Checks that `lease` is the current, live acquisition (SPEC S3).
+/// Checks that `lease` is the current, live acquisition (S3 in the crate docs).
 pub(crate) fn check_current(
     current: Option<&Record>,
     lease: LeaseRef<'_>,

@@ -8,7 +8,7 @@
 //! such a register, and so is a database row with a version column.
 //! [`RegisterStore`] turns any register into a [`LeaseStore`].
 //!
-//! # The observation rule (SPEC §3 "Clocks")
+//! # The observation rule (the crate docs' "Clocks")
 //!
 //! A register has no clock, and the wall clocks of two hosts are never
 //! compared. Instead, each [`RegisterStore`] remembers, per work ID, the last
@@ -22,7 +22,7 @@
 //! instant its read *returned*), and a read returns only after the write
 //! that made `H` took effect, which is after that write was *sent*, at `s`.
 //! So `s <= t0`. The holder counts its lease lost at `s + TTL - margin`
-//! (SPEC §3), which is before `t0 + TTL`, the earliest moment the contender
+//! (the crate docs' "Clocks"), which is before `t0 + TTL`, the earliest moment the contender
 //! tries to take over. The takeover is itself a compare-and-swap on `H`: if
 //! the holder renewed in the meantime, the handle changed and the takeover
 //! loses. Only elapsed time on one host's monotonic clock is used, so
@@ -260,7 +260,7 @@ const MAX_ATTEMPTS: usize = 3;
 ///
 /// * **No notifications**: [`LeaseStore::watch`] is `None`; waiters poll.
 /// * **Per-work-ID fencing only**: the next token is the record's plus one;
-///   tokens do not increase across work IDs (SPEC §1 allows this). A global
+///   tokens do not increase across work IDs (the Go original allows this). A global
 ///   sequence would cost a second compare-and-swap on one shared key for
 ///   every acquisition, a hot spot with no atomicity across the two keys. A
 ///   purge through [`Register::delete`] restarts the work ID's tokens at 1.
