@@ -11,9 +11,9 @@
 //!   backend: read → value + handle, write with the previous handle, delete
 //!   with a handle), such as one object in S3. [`register::RegisterStore`]
 //!   turns any register into a [`LeaseStore`] with the observation rule of
-//!   SPEC §3 "Clocks".
+//!   the crate docs' "Clocks".
 //!
-//! Every store keeps the contract of SPEC §3 (S1–S5, L1, bad input), which
+//! Every store keeps the contract of the crate docs (S1–S5, L1, bad input), which
 //! the conformance suite (`worklease::conformance`, feature `testkit`)
 //! checks. Identifiers reach a store already checked ([`WorkId`],
 //! [`HolderId`]); the lease layer checks TTLs and checkpoint sizes before a
@@ -32,7 +32,11 @@ use crate::limits::{HolderId, WorkId};
 pub mod fault;
 pub mod memory;
 pub(crate) mod notify;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub(crate) mod record;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod register;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -103,7 +107,7 @@ pub struct Handoff {
 }
 
 impl Handoff {
-    /// True exactly when the previous holder released (SPEC S5).
+    /// True exactly when the previous holder released (S5 in the crate docs).
     pub fn is_clean(&self) -> bool {
         matches!(&self.previous, Some(p) if p.ended == LeaseEnd::Released)
     }
@@ -131,7 +135,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// True exactly when the previous holder released (SPEC S5).
+    /// True exactly when the previous holder released (S5 in the crate docs).
     pub fn clean_handoff(&self) -> bool {
         self.handoff.is_clean()
     }

@@ -4,13 +4,17 @@
 //! |---|---|
 //! | `sqlite:PATH` or `sqlite://PATH` | the embedded SQLite store ([`crate::store::sqlite::SqliteStore`], feature `sqlite`) in the file PATH; missing parent directories are created |
 //! | `memory:` or `memory://` | a new, empty in-memory store ([`MemoryStore`]), private to the process that opens it |
-//! | `postgres://…`, `postgresql://…`, `redis://…`, `rediss://…`, `etcd://…`, `s3://…` | planned stores, not built yet: [`InvalidInput::StoreUrl`] |
+//! | `postgres://user@host:port/db?table=NAME` or `postgresql://…` | the PostgreSQL store (`store::postgres::PostgresStore`, feature `postgres`): tokio-postgres's connection settings plus `table` (default `worklease_leases`); connects on first use |
+//! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
+//! | `etcd://…`, `s3://…` | planned stores, not built yet: [`InvalidInput::StoreUrl`] |
 //!
 //! A SQLite PATH is taken literally (no percent-decoding, no query
 //! parameters): `sqlite:/var/lib/worklease/leases.db` and
 //! `sqlite:///var/lib/worklease/leases.db` name the same absolute file,
 //! `sqlite:leases.db` and `sqlite://leases.db` a file relative to the
-//! current directory. Scheme names are case-insensitive.
+//! current directory. A path starting with `~` is refused: no shell
+//! expanded it. [`StoreSpec::open_existing`] opens only a store file that
+//! exists, creating nothing. Scheme names are case-insensitive.
 //!
 //! Every error message, log line and `status` output shows a store URL only
 //! through [`redact`], which masks passwords.
@@ -37,14 +41,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::LeaseStore;
 
 /// The schemes of stores the project plans but has not built yet.
-const PLANNED: &[(&str, &str)] = &[
-    ("postgres", "PostgreSQL"),
-    ("postgresql", "PostgreSQL"),
-    ("redis", "Redis"),
-    ("rediss", "Redis"),
-    ("etcd", "etcd"),
-    ("s3", "S3"),
-];
+const PLANNED: &[(&str, &str)] = &[("etcd", "etcd"), ("s3", "S3")];
 
 /// What the store URLs this build accepts look like, for error messages.
 const ACCEPTED: &str =
@@ -58,6 +55,12 @@ pub enum StoreSpec {
     Sqlite(PathBuf),
     /// A new in-memory store, private to the opening process.
     Memory,
+    /// The PostgreSQL store at this URL (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(crate::store::postgres::PostgresUrl),
+    /// The Redis store with these settings (feature `redis`).
+    #[cfg(feature = "redis")]
+    Redis(crate::store::redis::RedisConfig),
 }
 
 impl StoreSpec {
@@ -72,15 +75,31 @@ impl StoreSpec {
         match self {
             StoreSpec::Memory => Ok(Arc::new(MemoryStore::new())),
             StoreSpec::Sqlite(path) => open_sqlite(path),
+            #[cfg(feature = "postgres")]
+            StoreSpec::Postgres(url) => Ok(Arc::new(url.open()?)),
+            #[cfg(feature = "redis")]
+            StoreSpec::Redis(config) => Ok(Arc::new(crate::store::redis::RedisStore::new(
+                config.clone(),
+            )?)),
         }
     }
 
-    /// The URL in its canonical form: `sqlite:PATH` or `memory:`. A relative
-    /// SQLite path stays relative (see [`StoreSpec::absolute`]).
+    /// The URL in its canonical form: `sqlite:PATH` or `memory:`, which
+    /// [`parse`] reads back to the same spec. A relative SQLite path stays
+    /// relative (see [`StoreSpec::absolute`]); a path that starts with `//`
+    /// is written `sqlite://PATH`, since `parse` takes a leading `//` off.
     pub fn to_url(&self) -> String {
         match self {
-            StoreSpec::Sqlite(path) => format!("sqlite:{}", path.display()),
+            StoreSpec::Sqlite(path) => {
+                let path = path.display().to_string();
+                let slashes = if path.starts_with("//") { "//" } else { "" };
+                format!("sqlite:{slashes}{path}")
+            }
             StoreSpec::Memory => "memory:".to_string(),
+            #[cfg(feature = "postgres")]
+            StoreSpec::Postgres(url) => url.as_str().to_string(),
+            #[cfg(feature = "redis")]
+            StoreSpec::Redis(config) => config.to_url(),
         }
     }
 
@@ -95,6 +114,41 @@ impl StoreSpec {
             }
             other => other.clone(),
         }
+    }
+
+    /// Opens a store that must exist already, creating nothing: for
+    /// commands that only read or change existing leases (`status`,
+    /// `release --force`, `checkpoint`), so that a mistyped path does not
+    /// leave an empty store (and its directories) behind. A SQLite file
+    /// must be there; other stores open as with [`StoreSpec::open`].
+    ///
+    /// # Errors
+    /// [`crate::Error::Store`] naming the path ("no store at PATH") when
+    /// the SQLite file does not exist; else as [`StoreSpec::open`].
+    pub fn open_existing(&self) -> Result<Arc<dyn LeaseStore>> {
+        if let StoreSpec::Sqlite(path) = self {
+            use crate::error::StoreError;
+            use std::io::ErrorKind;
+            match std::fs::metadata(path) {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                    return Err(StoreError::new(
+                        "sqlite",
+                        format!("no store at {}: the file does not exist", path.display()),
+                    )
+                    .into());
+                }
+                Err(e) => {
+                    return Err(StoreError::with_source(
+                        "sqlite",
+                        format!("cannot read the store file {}", path.display()),
+                        e,
+                    )
+                    .into());
+                }
+            }
+        }
+        self.open()
     }
 }
 
@@ -125,6 +179,36 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn LeaseStore>> {
         reason: "this build of worklease has no SQLite store (cargo feature `sqlite`)".to_string(),
     }
     .into())
+}
+
+#[cfg(feature = "postgres")]
+fn postgres_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::Postgres(
+        crate::store::postgres::PostgresUrl::parse(url)?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no PostgreSQL store (cargo feature `postgres`)",
+    ))
+}
+
+#[cfg(feature = "redis")]
+fn redis_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::Redis(
+        crate::store::redis::RedisConfig::from_url(url)?,
+    ))
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no Redis store (cargo feature `redis`)",
+    ))
 }
 
 fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
@@ -178,6 +262,20 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
                     "a sqlite URL needs the path of the store file, for example sqlite:/var/lib/worklease/leases.db",
                 ));
             }
+            if let Some(after) = path.strip_prefix('~') {
+                let hint = match after.strip_prefix('/') {
+                    Some(rest) => format!("sqlite:$HOME/{rest}"),
+                    None => "sqlite:/home/NAME/...".to_string(),
+                };
+                return Err(url_error(
+                    url,
+                    format!(
+                        "the path starts with `~`, which only a shell expands, and only at the \
+                         start of a word: write the full path, for example {hint} \
+                         (or sqlite:./~... for a file really named so)"
+                    ),
+                ));
+            }
             Ok(StoreSpec::Sqlite(PathBuf::from(path)))
         }
         "memory" => {
@@ -186,6 +284,8 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
             }
             Ok(StoreSpec::Memory)
         }
+        "postgres" | "postgresql" => postgres_spec(url),
+        "redis" | "rediss" => redis_spec(url),
         other => match PLANNED.iter().find(|(s, _)| *s == other) {
             Some((_, name)) => Err(url_error(
                 url,
@@ -194,7 +294,7 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
             None => Err(url_error(
                 url,
                 format!(
-                    "unknown store scheme {other:?}: {ACCEPTED} (planned, not built yet: postgres://, redis://, etcd://, s3://)"
+                    "unknown store scheme {other:?}: {ACCEPTED} (planned, not built yet: etcd://, s3://)"
                 ),
             )),
         },
@@ -215,9 +315,22 @@ pub fn open(url: &str) -> Result<Arc<dyn LeaseStore>> {
 /// the user info (`scheme://user:pass@host` → `scheme://user:***@host`; the
 /// user name is kept) and the values of query parameters whose names look
 /// secret (`password`, `secret`, `token`, `key`, `auth`, `credential`,
-/// `signature`, ...). It accepts any text, also malformed URLs, and masks
-/// rather more than less when in doubt.
+/// `signature`, ...). Also the "port" of `scheme://user:secret` when the
+/// `@host` is missing, and the secret-looking values of a libpq-style
+/// connection string (`host=db user=app password=secret`). It accepts any
+/// text, also malformed URLs, and masks rather more than less when in
+/// doubt.
 pub fn redact(url: &str) -> String {
+    // A libpq-style connection string (`host=db password=secret`), or
+    // something like one: mask its secret-looking `key=value` pairs first.
+    if url.contains('=') && (split_scheme(url).is_none() || url.contains(char::is_whitespace)) {
+        return redact_url(&redact_pairs(url));
+    }
+    redact_url(url)
+}
+
+/// [`redact`] for the URL form.
+fn redact_url(url: &str) -> String {
     let (head, rest) = match split_scheme(url) {
         Some(_) => match url.find(':') {
             Some(i) => url.split_at(i + 1),
@@ -230,11 +343,114 @@ pub fn redact(url: &str) -> String {
         None => ("", rest),
     };
     let (authority_part, tail) = split_user_info(rest, !slashes.is_empty() || head.is_empty());
+    // `scheme://user:secret` without an `@`: the "port" is a password.
+    let tail = if authority_part.is_empty() && !slashes.is_empty() {
+        mask_odd_port(tail)
+    } else {
+        tail.to_string()
+    };
     let mut out = String::with_capacity(url.len());
     out.push_str(head);
     out.push_str(slashes);
     out.push_str(&authority_part);
-    out.push_str(&redact_query(tail));
+    out.push_str(&redact_query(&tail));
+    out
+}
+
+/// `rest` (a URL after `scheme://`, with no user info) with what follows
+/// the first `:` of its authority masked when that is not a port number
+/// (`user:secret` of a URL that lacks its `@host`). IPv6 literals
+/// (`[::1]:6379`) and host lists (`h1:5432,h2:5433`) are understood.
+fn mask_odd_port(rest: &str) -> String {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    if authority.split(',').all(plain_host_port) {
+        return rest.to_string();
+    }
+    let colon = match authority.strip_prefix('[') {
+        Some(inner) => inner
+            .find(']')
+            .and_then(|i| authority[i + 2..].find(':').map(|j| i + 2 + j)),
+        None => authority.find(':'),
+    };
+    match colon {
+        Some(c) => format!("{}***{after}", &authority[..=c]),
+        None => format!("***{after}"),
+    }
+}
+
+/// Whether `host_port` is a host, optionally followed by `:` and a port
+/// number (or nothing).
+fn plain_host_port(host_port: &str) -> bool {
+    let port = match host_port.strip_prefix('[') {
+        Some(inner) => match inner.find(']') {
+            Some(i) => match inner[i + 1..].strip_prefix(':') {
+                Some(port) => port,
+                None => return inner[i + 1..].is_empty(),
+            },
+            None => return false,
+        },
+        None => match host_port.split_once(':') {
+            Some((_, port)) => port,
+            None => return true,
+        },
+    };
+    port.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `text` with the values of its secret-looking `key=value` pairs masked,
+/// as a libpq connection string has them: pairs separated by whitespace,
+/// optional whitespace around `=`, values optionally in single quotes with
+/// backslash escapes (`password='a b\'c'`).
+fn redact_pairs(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < n {
+        if chars[i].is_whitespace() {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && chars[i] != '=' && !chars[i].is_whitespace() {
+            i += 1;
+        }
+        let key: String = chars[start..i].iter().collect();
+        out.push_str(&key);
+        let mut eq = i;
+        while eq < n && chars[eq].is_whitespace() {
+            eq += 1;
+        }
+        if eq >= n || chars[eq] != '=' {
+            continue; // a word without a value
+        }
+        out.extend(&chars[i..=eq]);
+        i = eq + 1;
+        while i < n && chars[i].is_whitespace() {
+            out.push(chars[i]);
+            i += 1;
+        }
+        let value = i;
+        if i < n && chars[i] == '\'' {
+            i += 1;
+            while i < n && chars[i] != '\'' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i = (i + 1).min(n);
+        } else {
+            while i < n && !chars[i].is_whitespace() {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i = i.min(n);
+        }
+        if secret_key(&key) {
+            out.push_str("***");
+        } else {
+            out.extend(&chars[value..i]);
+        }
+    }
     out
 }
 
@@ -355,6 +571,80 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_urls_round_trip() {
+        for path in [
+            "/tmp/x.db",
+            "//tmp/x.db",
+            "///tmp/x.db",
+            "data/x.db",
+            "x.db",
+            "./x.db",
+            "../up/x.db",
+            "/home/me/@work/a b.db",
+        ] {
+            let spec = StoreSpec::Sqlite(PathBuf::from(path));
+            let url = spec.to_url();
+            assert_eq!(parse(&url).unwrap(), spec, "{path:?} -> {url:?}");
+        }
+        // The reviewer's case: four slashes name //tmp/x.db, never tmp/x.db.
+        let spec = parse("sqlite:////tmp/x.db").unwrap();
+        assert_eq!(spec, StoreSpec::Sqlite(PathBuf::from("//tmp/x.db")));
+        assert_eq!(spec.to_url(), "sqlite:////tmp/x.db");
+        assert_eq!(parse(&spec.absolute().to_url()).unwrap(), spec);
+        assert_eq!(
+            StoreSpec::Sqlite(PathBuf::from("/tmp/x.db")).to_url(),
+            "sqlite:/tmp/x.db"
+        );
+    }
+
+    #[test]
+    fn sqlite_paths_with_a_tilde_are_refused_with_a_hint() {
+        let r = reason("sqlite:~/leases.db");
+        assert!(
+            r.contains("`~`") && r.contains("sqlite:$HOME/leases.db"),
+            "{r}"
+        );
+        let r = reason("sqlite://~bob/leases.db");
+        assert!(r.contains("`~`"), "{r}");
+        assert_eq!(
+            parse("sqlite:./~/leases.db").unwrap(),
+            StoreSpec::Sqlite(PathBuf::from("./~/leases.db"))
+        );
+        assert_eq!(
+            parse("sqlite:/srv/~x.db").unwrap(),
+            StoreSpec::Sqlite(PathBuf::from("/srv/~x.db"))
+        );
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn open_existing_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a/b/leases.db");
+        let spec = StoreSpec::Sqlite(file.clone());
+        let err = spec.open_existing().err().unwrap();
+        let text = err.to_string();
+        assert!(
+            text.contains("no store at") && text.contains(&file.display().to_string()),
+            "{text}"
+        );
+        assert!(matches!(err, Error::Store(_)), "{err:?}");
+        assert!(!dir.path().join("a").exists(), "a directory was created");
+        // A file under a regular file: no store there either.
+        let blocker = dir.path().join("blocker");
+        std::fs::write(&blocker, b"x").unwrap();
+        let err = StoreSpec::Sqlite(blocker.join("leases.db"))
+            .open_existing()
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("no store at"), "{err}");
+        // Once created (by open), it opens.
+        spec.open().unwrap();
+        assert_eq!(spec.open_existing().unwrap().kind(), "sqlite");
+        assert_eq!(StoreSpec::Memory.open_existing().unwrap().kind(), "memory");
+    }
+
+    #[test]
     fn memory_urls() {
         assert_eq!(parse("memory:").unwrap(), StoreSpec::Memory);
         assert_eq!(parse("memory://").unwrap(), StoreSpec::Memory);
@@ -365,11 +655,22 @@ mod tests {
 
     #[test]
     fn other_schemes_are_refused_clearly() {
-        let r = reason("postgres://app:s3cret@db/leases");
-        assert!(r.contains("PostgreSQL store is not built yet"), "{r}");
+        let r = reason("postgres://app:s3cret@db/leases?table=Bad");
+        let want = if cfg!(feature = "postgres") {
+            "[a-z_]"
+        } else {
+            "cargo feature `postgres`"
+        };
+        assert!(r.contains(want), "{r}");
         assert!(!r.contains("s3cret"), "{r}");
         assert!(r.contains("app:***@db"), "{r}");
-        assert!(reason("redis://localhost").contains("Redis"));
+        let r = reason("redis://app:s3cret@localhost?prefx=a");
+        let want = if cfg!(feature = "redis") {
+            "unknown parameter"
+        } else {
+            "cargo feature `redis`"
+        };
+        assert!(r.contains(want) && !r.contains("s3cret"), "{r}");
         assert!(reason("etcd://localhost:2379").contains("etcd"));
         assert!(reason("s3://bucket/key").contains("S3"));
         let r = reason("bogus://x");
@@ -449,6 +750,41 @@ mod tests {
             ("user:pass@host", "user:***@host"),
             ("alice:secret@db:5432", "alice:***@db:5432"),
             ("", ""),
+            // A URL whose `@host` is missing: the "port" is a password.
+            ("postgres://user:secret", "postgres://user:***"),
+            (
+                "postgres://user:secret/db?x=1",
+                "postgres://user:***/db?x=1",
+            ),
+            ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+            ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
+            ("redis://[::1]:pw", "redis://[::1]:***"),
+            (
+                "postgres://h1:5432,h2:5433/db",
+                "postgres://h1:5432,h2:5433/db",
+            ),
+            ("postgres://h1:5432,u:pw,x/db", "postgres://h1:***/db"),
+            ("etcd://localhost:2379", "etcd://localhost:2379"),
+            ("sqlite:///var/lib/x.db", "sqlite:///var/lib/x.db"),
+            // libpq-style connection strings.
+            (
+                "host=h password=secret user=u",
+                "host=h password=*** user=u",
+            ),
+            (
+                "host=h password = 'sec ret\\' x' dbname=d",
+                "host=h password = *** dbname=d",
+            ),
+            ("password=secret", "password=***"),
+            (
+                "user=u sslpassword=pw passfile=/p",
+                "user=u sslpassword=*** passfile=***",
+            ),
+            (
+                "postgres: host=h password=secret",
+                "postgres: host=h password=***",
+            ),
+            ("dbname=leases port=5432", "dbname=leases port=5432"),
         ];
         for (url, want) in cases {
             assert_eq!(redact(url), want, "redact({url:?})");
