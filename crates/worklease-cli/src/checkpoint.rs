@@ -16,10 +16,10 @@ use std::os::unix::ffi::OsStringExt;
 use base64::Engine;
 use serde::Serialize;
 use worklease::limits::MAX_CHECKPOINT_BYTES;
-use worklease::{Checkpoint, Config, Error, Leases, PreviousHolder, Token};
+use worklease::{Checkpoint, Config, Error, Leases, Token};
 
 use crate::exit::{self, Failure};
-use crate::status::write_stdout;
+use crate::status::{write_stdout, PreviousJson};
 use crate::{CheckpointGetArgs, CheckpointSetArgs, StoreArg, TokenArg};
 
 /// The lease handle and token a `checkpoint` subcommand works with.
@@ -32,7 +32,7 @@ fn leases_for(token: &TokenArg, store: &StoreArg) -> Result<(Leases, Token), Fai
     let token: Token = text
         .parse()
         .map_err(|e| Failure::usage(format!("--token / WORKLEASE_TOKEN: {e}")))?;
-    let (_, store) = store.open()?;
+    let (_, store) = store.open_existing()?;
     let leases = Leases::new(store, Config::new(token.holder_id().as_str(), token.ttl()))?;
     Ok((leases, token))
 }
@@ -91,13 +91,6 @@ fn read_stdin() -> Result<Vec<u8>, Failure> {
 }
 
 #[derive(Serialize)]
-struct PreviousJson<'a> {
-    holder_id: &'a str,
-    fencing_token: u64,
-    ended: &'static str,
-}
-
-#[derive(Serialize)]
 struct CheckpointJson<'a> {
     work_id: &'a str,
     fencing_token: u64,
@@ -138,15 +131,7 @@ fn to_json<'a>(token: &'a Token, checkpoint: &'a Checkpoint) -> CheckpointJson<'
         checkpoint_base64: data.map(|d| base64::engine::general_purpose::STANDARD.encode(d)),
         checkpoint_text: data.and_then(|d| std::str::from_utf8(d).ok()),
         clean_handoff: checkpoint.clean_handoff(),
-        previous_holder: checkpoint
-            .handoff
-            .previous
-            .as_ref()
-            .map(|p: &PreviousHolder| PreviousJson {
-                holder_id: &p.holder_id,
-                fencing_token: p.fencing_token,
-                ended: p.ended.as_str(),
-            }),
+        previous_holder: checkpoint.handoff.previous.as_ref().map(PreviousJson::from),
     }
 }
 

@@ -38,10 +38,12 @@ use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use worklease::store::url::{self, StoreSpec};
 use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, Token};
 
 use crate::exit::{self, Failure};
+use crate::run::check_lease_args;
 use crate::status::write_stdout;
 
 /// The help text after the options of `worklease demo`.
@@ -77,10 +79,14 @@ DIR defaults to the worklease source tree this binary was built from (the
 workspace root, CARGO_MANIFEST_DIR/../..) while it still exists, else the
 current directory.
 
+SIGINT (Ctrl-C) or SIGTERM stops the workers (SIGTERM to each `worklease
+run`, which stops its child and releases), removes the scratch directory and
+exits 130 or 143.
+
 Exit status: 0 every shard was processed exactly once to completion; 1 the
 check failed (the differences are printed); 64 usage error (also no text
-files under DIR); 69 the store failed; 74 the scratch directory cannot be
-written.
+files under DIR, or a TTL too short to renew); 69 the store failed; 74 the
+scratch directory cannot be written; 130/143 interrupted.
 
 Examples:
   worklease demo
@@ -301,6 +307,15 @@ fn work_id(shard: usize) -> String {
 
 fn holder(worker: usize) -> String {
     format!("worker-{}", worker + 1)
+}
+
+/// `1 file`, `2 files`: `n` and `noun`, in the plural unless `n` is 1.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// A duration as `worklease run` parses it back exactly.
@@ -555,6 +570,31 @@ impl Drop for Scratch {
     }
 }
 
+/// SIGINT and SIGTERM, caught for the demo's clean-up.
+struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    fn install() -> Result<Self, Failure> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let failed =
+            |e: std::io::Error| Failure::new(exit::SOFTWARE, format!("cannot catch signals: {e}"));
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).map_err(failed)?,
+            term: signal(SignalKind::terminate()).map_err(failed)?,
+        })
+    }
+
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+        }
+    }
+}
+
 /// `--store` checked and made absolute; `None` without `--store`.
 fn given_store(given: Option<&str>) -> Result<Option<String>, Failure> {
     let Some(given) = given else {
@@ -595,6 +635,9 @@ struct Plan {
     kill: Mutex<Kill>,
     /// Workers still going over the shards.
     running: AtomicUsize,
+    /// Cancelled when the demo is interrupted: the workers stop their
+    /// `worklease run` and start no other.
+    stop: CancellationToken,
 }
 
 impl Plan {
@@ -665,6 +708,8 @@ enum Outcome {
     Incomplete,
     /// The demo killed it: the worker is gone.
     Killed,
+    /// The demo was interrupted: the worker stops.
+    Stopped,
 }
 
 /// A worker: goes over the shards, starting at its own, running one
@@ -677,10 +722,14 @@ async fn worker(plan: Arc<Plan>, worker: usize, events: mpsc::UnboundedSender<Ev
     for _ in 0..PASSES {
         let mut left = Vec::new();
         for &shard in &todo {
+            if plan.stop.is_cancelled() {
+                plan.running.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
             match run_shard(&plan, worker, shard, &events).await {
                 Outcome::Complete => {}
                 Outcome::Incomplete => left.push(shard),
-                Outcome::Killed => {
+                Outcome::Killed | Outcome::Stopped => {
                     plan.running.fetch_sub(1, Ordering::SeqCst);
                     return;
                 }
@@ -710,13 +759,7 @@ async fn run_shard(
         .arg("--store")
         .arg(&plan.store_url)
         .args(["--wait", "--ttl", &millis(plan.ttl), "--poll", POLL])
-        .args([
-            "--grace",
-            "1s",
-            "--holder",
-            &holder(worker),
-            &work_id(shard),
-        ])
+        .args(["--holder", &holder(worker), &work_id(shard)])
         .arg("--")
         .arg(&plan.exe)
         .args(["demo-shard", "--shard", &shard.to_string()])
@@ -755,7 +798,17 @@ async fn run_shard(
     let mut killed = false;
     if let Some(stdout) = child.stdout.take() {
         let mut lines = BufReader::new(stdout).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        loop {
+            let line = tokio::select! {
+                line = lines.next_line() => line,
+                _ = plan.stop.cancelled() => {
+                    stop_run(&mut child).await;
+                    return Outcome::Stopped;
+                }
+            };
+            let Ok(Some(line)) = line else {
+                break;
+            };
             let Ok(event) = serde_json::from_str::<ChildEvent>(&line) else {
                 continue;
             };
@@ -818,6 +871,22 @@ async fn run_shard(
     }
 }
 
+/// Stops an interrupted worker's `worklease run`: SIGTERM, which it
+/// forwards to its child before releasing the lease; SIGKILL if it has not
+/// ended within a few seconds. Returns once it has ended.
+async fn stop_run(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    if tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
 /// A hand-off the demo saw a child resume from: the previous holder did not
 /// release.
 struct Resume {
@@ -863,6 +932,10 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         )));
     }
     let workers = usize::from(args.workers);
+    check_lease_args(VERIFIER, args.ttl, None)?;
+    // From here on, SIGINT and SIGTERM stop the workers and remove the
+    // scratch directory before the demo exits with 128 + N.
+    let mut interrupts = Interrupts::install()?;
     let scratch = Scratch::create()?;
     let store_url = given_store
         .clone()
@@ -919,6 +992,7 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         workers,
         kill: Mutex::new(kill),
         running: AtomicUsize::new(workers),
+        stop: CancellationToken::new(),
     });
 
     print_plan(&plan, &root, &files, skipped, given_store.is_none(), kill);
@@ -929,7 +1003,26 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         .collect();
     drop(tx);
     let mut record = Record::default();
-    while let Some(event) = rx.recv().await {
+    let mut interrupted = None;
+    loop {
+        let event = tokio::select! {
+            event = rx.recv() => event,
+            sig = interrupts.recv(), if interrupted.is_none() => {
+                interrupted = Some(sig);
+                say(format!(
+                    "[{:>5.2}s] {sig}: stopping the workers",
+                    started.elapsed().as_secs_f64()
+                ));
+                plan.stop.cancel();
+                continue;
+            }
+        };
+        let Some(event) = event else {
+            break;
+        };
+        if interrupted.is_some() {
+            continue; // the timeline of an interrupted demo is over
+        }
         let line = describe(&plan, &mut record, event);
         if let Some(line) = line {
             say(format!(
@@ -940,6 +1033,17 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     }
     for task in tasks {
         let _ = task.await;
+    }
+    if let Some(sig) = interrupted {
+        drop(store);
+        let removed = given_store.is_none();
+        let scratch_path = scratch.path().display().to_string();
+        drop(scratch);
+        eprintln!(
+            "worklease: demo interrupted by {sig}: workers stopped; scratch directory {scratch_path} removed{}",
+            if removed { " with its store" } else { "" }
+        );
+        return Ok(128 + sig as u8);
     }
 
     say("");
@@ -971,16 +1075,19 @@ fn print_plan(
         format!("{min}-{max}")
     };
     say(format!(
-        "worklease demo: {} text files ({bytes} bytes) under {}; {skipped} files skipped \
+        "worklease demo: {} ({bytes} bytes) under {}; {} skipped \
          (binary, not UTF-8 or unreadable; target/ and .git/ not searched)",
-        files.len(),
-        root.display()
+        count(files.len(), "text file"),
+        root.display(),
+        count(skipped, "file"),
     ));
-    say(format!(
-        "  {n} shards of {sizes} files: work IDs {} .. {}",
-        work_id(0),
-        work_id(n - 1)
-    ));
+    let ids = if n == 1 {
+        format!("work ID {}", work_id(0))
+    } else {
+        format!("work IDs {} .. {}", work_id(0), work_id(n - 1))
+    };
+    let of = if max == 1 { "file" } else { "files" };
+    say(format!("  {} of {sizes} {of}: {ids}", count(n, "shard")));
     say(format!(
         "  store: {}{}",
         url::redact(&plan.store_url),
@@ -990,12 +1097,19 @@ fn print_plan(
             ""
         }
     ));
-    say(format!(
-        "  {} workers, {} .. {}; each runs, shard after shard:",
-        plan.workers,
-        holder(0),
-        holder(plan.workers - 1)
-    ));
+    if plan.workers == 1 {
+        say(format!(
+            "  1 worker, {}; it runs, shard after shard:",
+            holder(0)
+        ));
+    } else {
+        say(format!(
+            "  {} workers, {} .. {}; each runs, shard after shard:",
+            plan.workers,
+            holder(0),
+            holder(plan.workers - 1)
+        ));
+    }
     say(format!(
         "    worklease run --wait --ttl {} --poll {POLL} --holder worker-N demo/shard-K -- worklease demo-shard ...",
         humantime::format_duration(plan.ttl)

@@ -1,14 +1,17 @@
 //! `worklease elect`: run a child only while this process leads an
 //! election.
 //!
-//! 1. Campaign (wait to lead, woken by releases, polling otherwise); a
-//!    signal while campaigning ends the wait with 128 + N.
+//! 1. Check the arguments before touching the store, then campaign (wait to
+//!    lead, polling every `--poll`; woken at once only by stores with
+//!    notifications); a signal while campaigning ends the wait with 128 + N.
 //! 2. While leading: run the child with the `WORKLEASE_*` environment (the
-//!    generation is `WORKLEASE_FENCING_TOKEN`), forward signals to it.
-//! 3. Leadership lost: SIGTERM the child's group, SIGKILL after `--grace`,
-//!    exit 76.
-//! 4. The child exits while leading: release (a standby leads at once) and
-//!    exit with the child's status.
+//!    generation is `WORKLEASE_FENCING_TOKEN`) under the same supervision
+//!    as `run` ([`crate::run::supervise`]): signals, job control, stdin,
+//!    leftover processes, and a child gone by the lease deadline.
+//! 3. Leadership lost: SIGTERM the child's group, SIGKILL after `--grace`
+//!    (at the deadline when renewal failed), exit 76.
+//! 4. The child exits while leading: release (a standby leads at its next
+//!    poll) and exit with the child's status.
 
 use std::sync::Arc;
 
@@ -18,16 +21,20 @@ use tokio_util::sync::CancellationToken;
 use worklease::election::Elector;
 
 use crate::exit::{self, Failure};
-use crate::run::{cannot_run, default_holder, spawn, supervise, Signals};
+use crate::run::{
+    cannot_run, check_lease_args, default_holder, say_lost, spawn, supervise, Signals,
+};
 use crate::ElectArgs;
 
 /// Runs `worklease elect` and returns its exit status.
 pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
-    let (child_url, store) = args.store.open()?;
     let holder = args
         .holder
         .as_ref()
         .map_or_else(default_holder, |h| h.to_string());
+    // Nothing is opened, let alone written, for arguments that cannot work.
+    let grace = check_lease_args(&holder, args.ttl, args.grace)?;
+    let (child_url, store) = args.store.open()?;
     let elector = Elector::builder(store, args.election.as_str(), holder)
         .ttl(args.ttl)
         .poll_interval(args.poll)
@@ -39,7 +46,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let leading = CancellationToken::new();
     let lead = elector.lead(|l| {
         let (signals, leading) = (signals.clone(), leading.clone());
-        let (command, grace) = (&args.command, args.grace);
+        let command = &args.command;
         let child_url = child_url.clone();
         async move {
             leading.cancel();
@@ -47,19 +54,18 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
             let token = l.token();
             tracing::info!(generation = l.generation(), "leading");
             let child = spawn(command, &token, &child_url).map_err(|e| cannot_run(command, e))?;
-            let lost = l.lost();
             let describe = || {
                 l.lost_cause().map_or_else(
                     || format!("lost the leadership of {:?}", token.work_id().as_str()),
                     |e| e.to_string(),
                 )
             };
-            supervise(child, &lost, describe, grace, &mut signals).await
+            supervise(child, &l, describe, grace, &mut signals).await
         }
     });
     tokio::pin!(lead);
     let interrupted = tokio::select! {
-        outcome = &mut lead => return finish(outcome),
+        outcome = &mut lead => return finish(&args, outcome),
         sig = signal_while_campaigning(&signals, &leading) => sig,
     };
     match interrupted {
@@ -70,14 +76,21 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
             );
             Ok(128 + sig as u8)
         }
-        None => finish(lead.await),
+        None => finish(&args, lead.await),
     }
 }
 
 /// The exit status once leadership ended.
-fn finish(outcome: worklease::Result<Result<(u8, bool), Failure>>) -> Result<u8, Failure> {
+fn finish(
+    args: &ElectArgs,
+    outcome: worklease::Result<Result<(u8, bool), Failure>>,
+) -> Result<u8, Failure> {
     let (code, lost) = outcome??;
-    Ok(if lost { exit::LOST } else { code })
+    if lost {
+        say_lost(&args.election, "leadership", code);
+        return Ok(exit::LOST);
+    }
+    Ok(code)
 }
 
 /// The first terminating signal before this process leads; `None` once it
@@ -90,14 +103,8 @@ async fn signal_while_campaigning(
         s = signals.lock() => s,
         _ = leading.cancelled() => return None,
     };
-    loop {
-        tokio::select! {
-            _ = leading.cancelled() => return None,
-            Some(sig) = signals.recv() => {
-                if !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2) {
-                    return Some(sig);
-                }
-            }
-        }
+    tokio::select! {
+        _ = leading.cancelled() => None,
+        Some(sig) = signals.next_terminating() => Some(sig),
     }
 }

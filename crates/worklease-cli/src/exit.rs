@@ -36,18 +36,26 @@ Exit status:
   0        success (run: the child succeeded)
   1-125    run: the child's own exit status
   1        release --force: the store does not know the work ID
-  64       usage error: bad arguments, empty work ID, zero TTL, malformed
-           token, malformed store URL or unknown/unsupported store scheme
-  69       the store cannot be opened or failed (I/O, busy, corrupt)
+  64       usage error: bad arguments, empty work ID, zero TTL or one too
+           short to renew, --grace over TTL/2, malformed token, malformed
+           store URL (also a SQLite path starting with an unexpanded `~`)
+           or unknown/unsupported store scheme
+  69       the store cannot be opened or failed (I/O, busy, corrupt); for
+           status, release and checkpoint also: no store at the path (they
+           never create one)
   70       internal error of worklease
   74       reading stdin or writing stdout failed
   75       the lease is held by another holder (run without --wait)
   76       the lease was lost while the child ran (expired, revoked by
-           `release --force`, or taken over); checkpoint: stale token
+           `release --force`, taken over, or renewals failed until the
+           holder's deadline); checkpoint: stale token
   126/127  run: the command cannot be executed / was not found
   128+N    run: the child was ended by signal N (130 for SIGINT,
            143 for SIGTERM); also when worklease itself is interrupted
-           while waiting for the lease";
+           while waiting for the lease
+The child of run or elect may exit with 64-76 itself: when a status is
+worklease's own, the last line worklease writes to stderr starts with
+`worklease:` and says why (76: `worklease: exit 76: ...`).";
 
 /// A failed subcommand: the exit status and a one-line message for stderr.
 #[derive(Debug)]

@@ -2,16 +2,17 @@
 //!
 //! Like `flock` for a fleet: `worklease run WORK_ID -- CMD` runs CMD only
 //! while this process holds the lease on WORK_ID in a shared store, so a
-//! cron job or batch step runs on exactly one machine (or process) at a
-//! time, and resumes from its checkpoint when a holder dies.
+//! cron job or batch step runs in one process at a time (on one host with
+//! the embedded SQLite store; across machines with a networked store), and
+//! resumes from its checkpoint when a holder dies.
 //!
 //! ```text
-//! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace 10s] WORK_ID -- CMD [ARGS...]
+//! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace TTL/4] WORK_ID -- CMD [ARGS...]
 //! worklease status [--store URL] [--json] [WORK_ID...]
 //! worklease checkpoint set [--token T] [--store URL] [DATA]
 //! worklease checkpoint get [--token T] [--store URL] [--json]
 //! worklease release --force [--store URL] WORK_ID
-//! worklease elect  [--store URL] [--ttl 15s] [--poll 2s] [--holder ID] [--grace 10s] ELECTION -- CMD [ARGS...]
+//! worklease elect  [--store URL] [--ttl 15s] [--poll 2s] [--holder ID] [--grace TTL/4] ELECTION -- CMD [ARGS...]
 //! ```
 //!
 //! ## The store
@@ -21,9 +22,15 @@
 //! `$WORKLEASE_HOME/leases.db`, `$XDG_DATA_HOME/worklease/leases.db`,
 //! `$HOME/.local/share/worklease/leases.db` or
 //! `/var/lib/worklease/leases.db`, the first whose variable is set. URLs:
-//! `sqlite:PATH`, `sqlite://PATH`, `memory:` (private to one process).
-//! `postgres://`, `redis://`, `etcd://` and `s3://` are refused as not built
-//! yet. URLs are shown only with their passwords masked.
+//! `sqlite:PATH`, `sqlite://PATH` (one host), `memory:` (private to one
+//! process), `postgres://user@host:port/db?table=...` and
+//! `redis://host:port/db?prefix=...` (across machines); `etcd://` and
+//! `s3://` are refused as not built yet. URLs
+//! are shown only with their passwords masked. `run`, `elect` and `demo`
+//! create a missing SQLite file (and its directories); `status`, `release`
+//! and `checkpoint` refuse it ("no store at PATH", exit 69) and create
+//! nothing. A SQLite path starting with `~` (which no shell expanded) is a
+//! usage error.
 //!
 //! ## The child of `run`
 //!
@@ -31,11 +38,16 @@
 //! `WORKLEASE_FENCING_TOKEN`, `WORKLEASE_TOKEN` (the token's text form, which
 //! `worklease checkpoint` reads) and `WORKLEASE_STORE` (the store URL, a
 //! SQLite path made absolute). It runs in its own process group: SIGINT,
-//! SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to `worklease` are
-//! forwarded to that group, and when the lease is lost the group gets
-//! SIGTERM, then SIGKILL after `--grace`. On Linux the child also gets
-//! SIGKILL if `worklease` itself dies (so it cannot outlive a lease nobody
-//! renews); processes it started in the background do not.
+//! SIGTERM, SIGHUP, SIGQUIT (each followed by SIGCONT), SIGUSR1 and SIGUSR2
+//! sent to `worklease` are forwarded to that group; Ctrl-Z stops the group,
+//! then `worklease`. The group must be gone by the holder's deadline: while
+//! renewal fails it gets SIGTERM `--grace` before the deadline and SIGKILL
+//! at it; when the lease is taken away, SIGTERM at once and SIGKILL after
+//! `--grace` (default TTL/4, at most 10s; at most TTL/2). Processes the
+//! child leaves in its group are stopped before the lease is released. If
+//! stdin is a terminal, the child gets `/dev/null`. On Linux the child also
+//! gets SIGKILL if `worklease` itself dies (so it cannot outlive a lease
+//! nobody renews); processes it started in the background do not.
 //!
 //! ## Exit status
 //!
@@ -69,7 +81,9 @@ fencing tokens, checkpoints handed from one holder to the next.";
 
 const MAIN_HELP: &str = "\
 Examples:
-  # Run the nightly report on exactly one machine of the fleet; the others exit 75.
+  # Run the nightly report in one process at a time; the others exit 75.
+  # (The default SQLite store coordinates the processes of one host; across
+  # machines, all of them need one networked store such as PostgreSQL or Redis.)
   worklease run nightly-report -- ./report.sh
 
   # Queue up instead: wait until the current holder is done or dies.
@@ -82,24 +96,63 @@ Examples:
   # Who holds what?
   worklease status
 
-Store: --store URL or WORKLEASE_STORE (sqlite:PATH, memory:); the default is
-the SQLite file $WORKLEASE_HOME/leases.db, else $XDG_DATA_HOME/worklease/leases.db,
-else $HOME/.local/share/worklease/leases.db, else /var/lib/worklease/leases.db.
-postgres://, redis://, etcd:// and s3:// stores are not built yet.
+Store: --store URL or WORKLEASE_STORE. Across machines:
+postgres://user@host:5432/db?table=worklease_leases or
+redis://host:6379/0?prefix=worklease: (passwords are never printed). On one
+host: sqlite:PATH; the default is the SQLite file $WORKLEASE_HOME/leases.db,
+else $XDG_DATA_HOME/worklease/leases.db, else $HOME/.local/share/worklease/leases.db,
+else /var/lib/worklease/leases.db. etcd:// and s3:// are not built yet. status, release and checkpoint
+never create a store: a missing SQLite file is an error (exit 69).
 Logs go to stderr (warnings by default; -v debug, -vv trace, or RUST_LOG).
 ";
 
 const RUN_HELP: &str = "\
 The child gets WORKLEASE_WORK_ID, WORKLEASE_HOLDER_ID, WORKLEASE_FENCING_TOKEN,
 WORKLEASE_TOKEN and WORKLEASE_STORE. It runs in its own process group; SIGINT,
-SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it. The lease
-is renewed every TTL/3 and released when the child exits. If the lease is
-lost (expired, revoked with `release --force`, taken over), the child's
-process group gets SIGTERM, then SIGKILL after --grace, and run exits 76.
+SIGTERM, SIGHUP and SIGQUIT are forwarded to it, each followed by SIGCONT (so
+that a stopped child acts on it), and so are SIGUSR1 and SIGUSR2. If stdin is
+a terminal, the child gets /dev/null as stdin instead (reading the terminal
+from its own process group would stop it while it holds the lease); input
+through a pipe or a file reaches it as usual.
+
+The lease is renewed every TTL/3 and released when the child exits. Processes
+the child left running in its process group get SIGTERM, then SIGKILL after
+--grace, before the lease is released.
+
+The child is gone by the lease deadline: this holder counts the lease as its
+own until the send time of its last successful renewal + TTL - TTL/10; after
+that another holder may take it. While renewals fail, the child's process
+group gets SIGTERM once less than --grace is left before that deadline, and
+SIGKILL at the deadline (a renewal that succeeds meanwhile cancels the
+SIGKILL). If the lease is taken away (revoked with `release --force`, taken
+over, expired), the group gets SIGTERM at once and SIGKILL after --grace. Then
+run exits 76. --grace defaults to TTL/4, at most 10s, and may not exceed TTL/2.
+A renewal is sent TTL/3 after the last one, when 0.9 TTL - TTL/3 is left
+before the deadline: one that has not succeeded --grace before the deadline
+counts as failing. The default leaves a renewal 0.3 TTL or more to answer; a
+--grace of TTL/2 only TTL/15.
+
+Job control: Ctrl-Z (SIGTSTP; also SIGTTIN, SIGTTOU) stops the child's process
+group, then worklease. On SIGCONT (fg, bg) the child continues if the lease is
+still live; if its deadline passed meanwhile, the child's group gets SIGKILL
+and run exits 76. A plain SIGSTOP of worklease cannot be caught: the child
+runs on while worklease cannot renew, and the lease expires under it; the
+fencing token is the guard then (`worklease checkpoint set` with the stale
+token is refused with 76; pass WORKLEASE_FENCING_TOKEN to downstream writes).
+
+With --wait, a waiter retries every --poll: with SQLite, waiters in other
+processes notice a release at their next poll; only stores with notifications
+wake them at once. An expired lease is taken within TTL + --poll.
 
 Exit status: the child's (128+N if signal N ended it); 75 held by another
 (without --wait); 76 lease lost; 64 usage error; 69 store failure;
-126/127 the command cannot be run / was not found.
+126/127 the command cannot be run / was not found. The child may exit with
+64, 69, 75 or 76 itself. When the status is worklease's own, the last line
+worklease writes to stderr starts with `worklease:` and says why (for 76:
+`worklease: exit 76: ...`, with the child's own status); when it is the
+child's, worklease writes no such line after the child ended (its log lines
+start with a timestamp; `worklease checkpoint` run by the child writes
+`worklease:` lines of its own, before the child ends).
 
 Examples:
   worklease run nightly-report -- ./report.sh --date today
@@ -110,15 +163,26 @@ Examples:
 
 const ELECT_HELP: &str = "\
 Campaigns in ELECTION (a work ID) and runs CMD only while this process leads.
-Candidates wait for the leader to step down (woken at once when it releases)
-or for its lease to expire. The leader's generation (its fencing token, larger
-with every change of leader) is in WORKLEASE_FENCING_TOKEN; the child gets the
-same WORKLEASE_* environment as under `run`. When the child exits, leadership
-is released and a standby leads at once. If leadership is lost, the child's
-process group gets SIGTERM, then SIGKILL after --grace, and elect exits 76.
+Candidates retry every --poll until the leader steps down or its lease
+expires. The leader's generation (its fencing token, larger with every change
+of leader) is in WORKLEASE_FENCING_TOKEN; the child gets the same WORKLEASE_*
+environment as under `run`. When the child exits, leadership is released: with
+SQLite, a standby in another process leads at its next poll (stores with
+notifications wake it at once); after a crash, within TTL + --poll.
+
+The child is supervised as under `run` (see `worklease run --help`): forwarded
+signals, Ctrl-Z and SIGCONT, stdin /dev/null when it is a terminal, leftover
+processes stopped before the release. While renewals fail, the child's process
+group gets SIGTERM once less than --grace is left before the lease deadline
+and SIGKILL at it; if leadership is taken away (revoked, taken over), SIGTERM
+at once and SIGKILL after --grace; then elect exits 76. --grace defaults to
+TTL/4, at most 10s, and may not exceed TTL/2. A plain SIGSTOP of elect cannot
+be caught: the fencing token (the generation) is the guard then.
 
 Exit status: the child's (128+N if signal N ended it); 76 leadership lost;
-128+N a signal ended the campaign; 64 usage error; 69 store failure.
+128+N a signal ended the campaign; 64 usage error; 69 store failure. When the
+status is elect's own, its last line on stderr starts with `worklease:` (for
+76: `worklease: exit 76: ...`, with the child's own status), as under `run`.
 
 Examples:
   # On every node: exactly one runs the scheduler; if it dies, another takes over.
@@ -131,10 +195,14 @@ Columns: work ID, holder, fencing token, expires in (or expired/released),
 checkpoint size, and whether the last hand-off was clean (the holder before
 released). --json prints one JSON object per lease per line with the fields
 work_id, holder_id, fencing_token, expires_at (RFC 3339), expired, released,
-checkpoint_bytes and clean_handoff.
+checkpoint_bytes, clean_handoff, ended (null while live, else released,
+expired or revoked) and previous_holder (null on the first acquisition, else
+{holder_id, fencing_token, ended}).
+
+status never creates a store: a SQLite file that does not exist is an error.
 
 Exit status: 0; 1 when a named work ID is unknown; 64 usage error; 69 store
-failure.
+failure (also: no store at the path).
 
 Examples:
   worklease status
@@ -145,7 +213,8 @@ Examples:
 const CHECKPOINT_HELP: &str = "\
 Run inside `worklease run`: the token and store come from WORKLEASE_TOKEN and
 WORKLEASE_STORE. A checkpoint also renews the lease. A checkpoint from a stale
-token (the lease expired or was taken over) writes nothing and exits 76.
+token (the lease expired or was taken over) writes nothing and exits 76. A
+store that does not exist is an error (69); none is created.
 
 Examples:
   worklease checkpoint set \"page 7\"
@@ -189,10 +258,10 @@ tool for a stuck holder. The holder's next renewal fails, so `worklease run`
 stops its child (SIGTERM, then SIGKILL after --grace) and exits 76; the next
 acquirer sees an unclean hand-off (revoked). The checkpoint is kept.
 A holder releases its own lease by ending: `worklease run` releases when its
-child exits.
+child exits. release never creates a store.
 
 Exit status: 0 revoked (or already ended); 1 unknown work ID; 64 usage error
-(also without --force); 69 store failure.
+(also without --force); 69 store failure (also: no store at the path).
 
 Examples:
   worklease release --force nightly-report
@@ -240,7 +309,7 @@ enum Command {
 /// The store option shared by every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArg {
-    /// Store URL: sqlite:PATH or memory: [default: the SQLite file under
+    /// Store URL: postgres://..., redis://..., sqlite:PATH or memory: [default: the SQLite file under
     /// $WORKLEASE_HOME, $XDG_DATA_HOME or $HOME/.local/share/worklease]
     #[arg(
         long,
@@ -257,10 +326,42 @@ impl StoreArg {
         self.store.clone().unwrap_or_else(url::default_url)
     }
 
-    /// Opens the store. Returns the URL to hand to a child (a relative
-    /// SQLite path made absolute; never to be printed: use
-    /// [`url::redact`]) and the store.
+    /// Opens the store, creating a missing SQLite file (and its
+    /// directories): for `run` and `elect`. Returns the URL to hand to a
+    /// child (a relative SQLite path made absolute; never to be printed:
+    /// use [`url::redact`]) and the store.
     pub fn open(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
+        let (spec, for_child) = self.spec()?;
+        tracing::debug!(store = %url::redact(&for_child), "opening the store");
+        let store = spec.open()?;
+        Ok((for_child, store))
+    }
+
+    /// Opens a store that exists, creating nothing: for `status`,
+    /// `release` and `checkpoint`. A SQLite file that does not exist is
+    /// [`exit::UNAVAILABLE`] with a message naming the path.
+    pub fn open_existing(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
+        let (spec, for_child) = self.spec()?;
+        tracing::debug!(store = %url::redact(&for_child), "opening the existing store");
+        match spec.open_existing() {
+            Ok(store) => Ok((for_child, store)),
+            Err(e) => {
+                let mut failure = Failure::from(e);
+                if let StoreSpec::Sqlite(path) = &spec {
+                    if std::fs::symlink_metadata(path).is_err() {
+                        failure.message.push_str(
+                            " (`worklease run` and `worklease elect` create it; check --store \
+                             and WORKLEASE_STORE)",
+                        );
+                    }
+                }
+                Err(failure)
+            }
+        }
+    }
+
+    /// The parsed URL, and the URL for a child.
+    fn spec(&self) -> Result<(StoreSpec, String), Failure> {
         let given = self.url();
         let spec = url::parse(&given)?;
         let for_child = match spec.absolute() {
@@ -268,9 +369,7 @@ impl StoreArg {
             StoreSpec::Memory => StoreSpec::Memory.to_url(),
             _ => given.clone(),
         };
-        tracing::debug!(store = %url::redact(&for_child), "opening the store");
-        let store = spec.open()?;
-        Ok((for_child, store))
+        Ok((spec, for_child))
     }
 }
 
@@ -290,7 +389,8 @@ pub struct RunArgs {
     wait: bool,
 
     /// With --wait: how often to retry (the wait also ends as soon as the
-    /// holder's lease expires).
+    /// holder's lease expires; with SQLite, a release by another process is
+    /// noticed at the next retry).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
     poll: Duration,
 
@@ -298,10 +398,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
     holder: Option<HolderId>,
 
-    /// When the lease is lost: how long after SIGTERM the child's process
-    /// group gets SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    grace: Duration,
+    /// How long the child's process group has between SIGTERM and SIGKILL:
+    /// SIGTERM comes --grace before the lease deadline while renewal fails,
+    /// at once when the lease is taken away [default: TTL/4, at most 10s;
+    /// at most TTL/2].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
 
     /// The work ID to hold (1 to 1024 bytes, no control characters).
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
@@ -323,7 +425,9 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
     ttl: Duration,
 
-    /// How often a candidate retries (a release wakes it at once).
+    /// How often a candidate retries (with SQLite, a release by another
+    /// process is noticed at the next retry; stores with notifications wake
+    /// it at once).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
     poll: Duration,
 
@@ -331,10 +435,12 @@ pub struct ElectArgs {
     #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
     holder: Option<HolderId>,
 
-    /// When leadership is lost: how long after SIGTERM the child's process
-    /// group gets SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    grace: Duration,
+    /// How long the child's process group has between SIGTERM and SIGKILL:
+    /// SIGTERM comes --grace before the lease deadline while renewal fails,
+    /// at once when leadership is taken away [default: TTL/4, at most 10s;
+    /// at most TTL/2].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
 
     /// The election (a work ID: 1 to 1024 bytes, no control characters).
     #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
@@ -485,16 +591,31 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            // --help and --version print to stdout and succeed; every other
-            // parse error is a usage error (clap's own status would be 2).
+        Err(e) if !e.use_stderr() => {
+            // --help and --version print to stdout and succeed.
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { 0 });
+            return ExitCode::from(0);
+        }
+        Err(e) => {
+            // Every other parse error is a usage error (clap's own status
+            // would be 2), said on a line starting with `worklease:` as all
+            // of worklease's own failures are.
+            let text = e.render().to_string();
+            eprint!(
+                "worklease: {}",
+                text.strip_prefix("error: ").unwrap_or(&text)
+            );
+            return ExitCode::from(exit::USAGE);
         }
     };
     init_logging(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        // Job-control signals are for the main thread only: see
+        // `run::job_control_mask`.
+        .on_thread_start(|| {
+            let _ = run::job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK);
+        })
         .build()
     {
         Ok(rt) => rt,

@@ -2,6 +2,7 @@
 //! ([`worklease::LeaseStore::revoke`]).
 
 use worklease::store::url;
+use worklease::LeaseEnd;
 
 use crate::exit::{self, Failure};
 use crate::status::write_stdout;
@@ -18,7 +19,7 @@ pub async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
              when its `worklease run` child exits"
         )));
     }
-    let (store_url, store) = args.store.open()?;
+    let (store_url, store) = args.store.open_existing()?;
     let Some(info) = store.revoke(&args.work_id).await? else {
         return Err(Failure::new(
             exit::NOT_FOUND,
@@ -29,9 +30,14 @@ pub async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
         ));
     };
     let message = if info.expired {
+        let ended = info.ended.unwrap_or(if info.released {
+            LeaseEnd::Released
+        } else {
+            LeaseEnd::Expired
+        });
         format!(
             "the lease on {work_id:?} had already ended ({}; last holder {:?}, fencing token {}): nothing to revoke\n",
-            if info.released { "released" } else { "expired" },
+            ended.as_str(),
             info.holder_id,
             info.fencing_token
         )

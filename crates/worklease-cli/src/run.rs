@@ -1,25 +1,40 @@
 //! `worklease run`: acquire the lease, run the child under it, supervise.
 //!
-//! 1. Acquire the lease (exit 75 when it is held and `--wait` was not
-//!    given; with `--wait`, a signal ends the wait with 128 + N).
+//! 1. Check the arguments (TTL, `--grace`) before touching the store, then
+//!    acquire the lease (exit 75 when it is held and `--wait` was not given;
+//!    with `--wait`, a signal ends the wait with 128 + N).
 //! 2. Start background renewal and spawn the child in its own process
-//!    group with the `WORKLEASE_*` environment.
-//! 3. Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the
-//!    child's process group.
-//! 4. If the lease is lost: SIGTERM the group, SIGKILL it after `--grace`,
-//!    exit 76 once the child has ended (what is left of its group then gets
-//!    SIGKILL too).
-//! 5. Otherwise, when the child exits: stop renewing, release the lease
+//!    group with the `WORKLEASE_*` environment (stdin `/dev/null` when ours
+//!    is a terminal).
+//! 3. Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT (each followed by SIGCONT),
+//!    SIGUSR1 and SIGUSR2 to the child's process group. Job control:
+//!    SIGTSTP, SIGTTIN and SIGTTOU stop the child's group, then this
+//!    process; SIGCONT continues the group if the lease is still live, else
+//!    SIGKILLs it (exit 76).
+//! 4. The child must be gone by the holder's deadline: while renewal fails,
+//!    the group gets SIGTERM once less than `--grace` is left before the
+//!    deadline, and SIGKILL at the deadline. If the lease is taken away
+//!    (fenced, expired, revoked): SIGTERM at once, SIGKILL after `--grace`;
+//!    exit 76.
+//! 5. When the child exits: what is left of its process group gets SIGTERM,
+//!    then SIGKILL after `--grace`; then stop renewing, release the lease
 //!    (a clean hand-off) and exit with the child's status.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use worklease::{AcquireOptions, Config, Error, Leases, RenewalOptions, Token};
+use tokio_util::sync::CancellationToken;
+use worklease::election::Leadership;
+use worklease::store::memory::MemoryStore;
+use worklease::{AcquireOptions, Config, Error, Leases, Renewal, RenewalOptions, Token};
 
 use crate::exit::{self, Failure};
 use crate::RunArgs;
@@ -34,8 +49,28 @@ const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
 ];
 
+/// The job-control signals that stop the child's group, then this process.
+const JOB_STOP: [Signal; 3] = [Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU];
+
+/// The longest default `--grace`.
+const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the process group of a child that exited is checked for
+/// members (nothing signals that a process group became empty).
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// How long to wait for a SIGKILLed process group to disappear before
+/// giving up on it (a process in uninterruptible sleep dies late).
+const AFTER_SIGKILL: Duration = Duration::from_secs(2);
+
 /// Runs `worklease run` and returns its exit status.
 pub async fn run(args: RunArgs) -> Result<u8, Failure> {
+    let holder = args
+        .holder
+        .as_ref()
+        .map_or_else(default_holder, |h| h.to_string());
+    // Nothing is opened, let alone written, for arguments that cannot work.
+    let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     let (child_url, store) = args.store.open()?;
     if store.kind() == "memory" {
         tracing::warn!(
@@ -43,10 +78,6 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
              and the child's `worklease checkpoint` cannot reach it"
         );
     }
-    let holder = args
-        .holder
-        .as_ref()
-        .map_or_else(default_holder, |h| h.to_string());
     let leases = Leases::new(store, Config::new(holder, args.ttl))?;
     // Catch signals from now on: a signal while waiting ends the wait, one
     // before the child starts is forwarded to it as soon as it does.
@@ -86,15 +117,15 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             return Err(cannot_run(&args.command, e));
         }
     };
-    let lost = renewal.lost_signal();
     let describe = || {
         renewal.lost_cause().map_or_else(
             || format!("lost the lease on {:?}", token.work_id().as_str()),
             |e| e.to_string(),
         )
     };
-    let (code, lost_seen) = supervise(child, &lost, describe, args.grace, &mut signals).await?;
+    let (code, lost_seen) = supervise(child, &renewal, describe, grace, &mut signals).await?;
     if lost_seen {
+        say_lost(&args.work_id, "lease", code);
         return Ok(exit::LOST);
     }
     let token = match renewal.stop().await {
@@ -120,6 +151,40 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     }
 }
 
+/// The last line of a `run` or `elect` that lost its lease while the child
+/// ran: it exits 76, whatever the child's own status `code` was.
+pub fn say_lost(work_id: &worklease::WorkId, what: &str, code: u8) {
+    eprintln!(
+        "worklease: exit 76: the {what} on {:?} was lost while the child ran (the child's own status: {code})",
+        work_id.as_str()
+    );
+}
+
+/// Checks the lease arguments of `run` and `elect` before the store is
+/// opened: the TTL must allow background renewal (the rule of
+/// [`RenewalOptions::check`]), and `--grace` may not exceed TTL/2. Returns
+/// the grace in force: the one given, else TTL/4, at most 10s.
+pub fn check_lease_args(
+    holder: &str,
+    ttl: Duration,
+    grace: Option<Duration>,
+) -> Result<Duration, Failure> {
+    let probe = Leases::new(Arc::new(MemoryStore::new()), Config::new(holder, ttl))?;
+    RenewalOptions::new().check(&probe)?;
+    let half = ttl / 2;
+    match grace {
+        None => Ok((ttl / 4).min(MAX_DEFAULT_GRACE)),
+        Some(grace) if grace > half => Err(Failure::usage(format!(
+            "--grace {} is longer than half the TTL ({}): the child must be gone by the lease \
+             deadline, and is sent SIGTERM --grace before it, so --grace may be at most TTL/2 \
+             (default TTL/4, at most 10s); give a shorter --grace or a longer --ttl",
+            humantime::format_duration(grace),
+            humantime::format_duration(half),
+        ))),
+        Some(grace) => Ok(grace),
+    }
+}
+
 enum Acquired {
     Token(Token),
     Interrupted(Signal),
@@ -134,14 +199,60 @@ pub fn cannot_run(command: &[OsString], e: std::io::Error) -> Failure {
     Failure::new(code, format!("cannot run {:?}: {e}", command[0]))
 }
 
-/// Supervises a running child until it exits: forwards signals to its
-/// process group and, when `lost` fires, SIGTERMs the group and SIGKILLs it
-/// after `grace`. Returns the exit status to report (the child's) and
-/// whether the lease was lost meanwhile; after a loss, what is left of the
-/// group gets SIGKILL too.
+/// What supervision needs of the lease a child runs under: a `run`'s
+/// [`Renewal`] or an `elect`'s [`Leadership`].
+pub trait HeldLease {
+    /// The latest token (each renewal moves its deadline).
+    fn latest(&self) -> Token;
+    /// Why the lease was lost, once it was.
+    fn cause(&self) -> Option<Error>;
+    /// Fires when the lease is lost.
+    fn lost(&self) -> CancellationToken;
+    /// Neither lost nor past its deadline by this process's clock.
+    fn live(&self) -> bool {
+        self.cause().is_none() && self.latest().remaining() != Some(Duration::ZERO)
+    }
+}
+
+impl HeldLease for Renewal {
+    fn latest(&self) -> Token {
+        self.token()
+    }
+    fn cause(&self) -> Option<Error> {
+        self.lost_cause()
+    }
+    fn lost(&self) -> CancellationToken {
+        self.lost_signal()
+    }
+    fn live(&self) -> bool {
+        self.ensure_live().is_ok()
+    }
+}
+
+impl HeldLease for Leadership {
+    fn latest(&self) -> Token {
+        self.token()
+    }
+    fn cause(&self) -> Option<Error> {
+        self.lost_cause()
+    }
+    fn lost(&self) -> CancellationToken {
+        Leadership::lost(self)
+    }
+}
+
+/// The child's process group while it is supervised (0: none), for the
+/// job-control handler, which stops it before stopping this process.
+static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// Supervises a running child until it and what it left running in its
+/// process group have ended: forwards signals to the group, handles job
+/// control, stops the group in time when renewal fails or the lease is
+/// lost (see the module docs). Returns the exit status to report (the
+/// child's) and whether the lease was lost meanwhile.
 pub async fn supervise(
     mut child: tokio::process::Child,
-    lost: &tokio_util::sync::CancellationToken,
+    lease: &impl HeldLease,
     describe_loss: impl Fn() -> String,
     grace: Duration,
     signals: &mut Signals,
@@ -151,51 +262,255 @@ pub async fn supervise(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
+    CHILD_GROUP.store(group.map_or(0, Pid::as_raw), Ordering::SeqCst);
+    let _clear = ClearGroup;
+    let lost = lease.lost();
     let mut lost_seen = false;
+    // The deadline for which the group got SIGTERM because renewal failed.
+    let mut term_for: Option<Instant> = None;
+    // When the group gets SIGKILL (after a loss, or for leftovers).
     let mut kill_at: Option<Instant> = None;
-    let status = loop {
+    // When the group got SIGKILL.
+    let mut killed_at: Option<Instant> = None;
+    let mut status: Option<std::process::ExitStatus> = None;
+    loop {
+        let deadline = lease.latest().deadline();
+        if let (Some(termed), Some(deadline)) = (term_for, deadline) {
+            if deadline > termed {
+                term_for = None;
+                if killed_at.is_none() && !lost_seen {
+                    tracing::warn!(
+                        "the lease was renewed after all; the child's process group already got SIGTERM"
+                    );
+                }
+            }
+        }
+        // While renewal fails: SIGTERM once less than `grace` is left before
+        // the deadline, SIGKILL at the deadline.
+        let guard_at = match (deadline, killed_at) {
+            (Some(d), None) if term_for == Some(d) => Some(d),
+            (Some(d), None) => Some(d.checked_sub(grace).unwrap_or_else(Instant::now)),
+            _ => None,
+        };
+        let polling = status.is_some();
         tokio::select! {
-            status = child.wait() => break status,
+            result = child.wait(), if status.is_none() => {
+                let exited = match result {
+                    Ok(exited) => exited,
+                    Err(e) => {
+                        // Cannot happen with a child we spawned; stop everything.
+                        signal_group(group, Signal::SIGKILL);
+                        return Err(Failure::new(
+                            exit::SOFTWARE,
+                            format!("cannot wait for the child: {e}"),
+                        ));
+                    }
+                };
+                tracing::debug!(code = exit::of_status(exited), "the child exited");
+                status = Some(exited);
+                if !group_alive(group) {
+                    break;
+                }
+                if killed_at.is_some() {
+                    signal_group(group, Signal::SIGKILL);
+                } else {
+                    let now = Instant::now();
+                    let at = kill_at.map_or(now + grace, |k| k.min(now + grace));
+                    kill_at = Some(at);
+                    tracing::warn!(
+                        "the child exited, but processes it started still run in its process group: \
+                         SIGTERM now, SIGKILL in {}{}",
+                        fmt_secs(at.saturating_duration_since(now)),
+                        if lost_seen { "" } else { "; the lease is released after them" }
+                    );
+                    terminate(group);
+                }
+            }
+            _ = tokio::time::sleep(GROUP_POLL), if polling => {
+                if !group_alive(group) {
+                    break;
+                }
+                if killed_at.is_some_and(|at| at.elapsed() >= AFTER_SIGKILL) {
+                    tracing::warn!(
+                        "processes of the child's process group are still there {} after SIGKILL; giving up on them",
+                        humantime::format_duration(AFTER_SIGKILL)
+                    );
+                    break;
+                }
+            }
             Some(sig) = signals.recv() => {
-                tracing::debug!(signal = %sig, "forwarding a signal to the child's process group");
-                signal_group(group, sig);
+                if sig == Signal::SIGCONT {
+                    if lease.live() {
+                        tracing::debug!("continued: continuing the child's process group");
+                        signal_group(group, Signal::SIGCONT);
+                    } else {
+                        if !lost_seen {
+                            eprintln!(
+                                "worklease: continued after the lease's deadline passed ({}): SIGKILL to the child's process group",
+                                describe_loss()
+                            );
+                            lost_seen = true;
+                        }
+                        if killed_at.is_none() {
+                            signal_group(group, Signal::SIGKILL);
+                            killed_at = Some(Instant::now());
+                        }
+                    }
+                } else {
+                    tracing::debug!(signal = %sig, "forwarding a signal to the child's process group");
+                    signal_group(group, sig);
+                    if terminating(sig) {
+                        // A stopped child acts on it only once continued.
+                        signal_group(group, Signal::SIGCONT);
+                    }
+                }
             }
             _ = lost.cancelled(), if !lost_seen => {
                 lost_seen = true;
-                eprintln!(
-                    "worklease: {}; stopping the child: SIGTERM now, SIGKILL in {}",
-                    describe_loss(),
-                    humantime::format_duration(grace),
-                );
-                signal_group(group, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + grace);
+                if killed_at.is_some() {
+                    eprintln!(
+                        "worklease: {}; the child's process group got SIGKILL at the lease deadline",
+                        describe_loss(),
+                    );
+                } else if lease.latest().remaining() == Some(Duration::ZERO) {
+                    eprintln!(
+                        "worklease: {}; the lease deadline has passed: SIGKILL to the child's process group",
+                        describe_loss(),
+                    );
+                    signal_group(group, Signal::SIGKILL);
+                    killed_at = Some(Instant::now());
+                } else {
+                    eprintln!(
+                        "worklease: {}; stopping the child: SIGTERM now, SIGKILL in {}",
+                        describe_loss(),
+                        humantime::format_duration(grace),
+                    );
+                    terminate(group);
+                    let at = Instant::now() + grace;
+                    kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                }
             }
-            _ = sleep_until(kill_at), if kill_at.is_some() => {
-                tracing::warn!("the child did not stop within --grace: SIGKILL");
+            _ = sleep_until(guard_at), if guard_at.is_some() => {
+                let Some(deadline) = lease.latest().deadline() else {
+                    continue;
+                };
+                let now = Instant::now();
+                if now >= deadline {
+                    tracing::warn!(
+                        "the lease deadline passed without a successful renewal: SIGKILL to the child's process group"
+                    );
+                    signal_group(group, Signal::SIGKILL);
+                    killed_at = Some(now);
+                } else if term_for != Some(deadline)
+                    && deadline.saturating_duration_since(now) <= grace
+                {
+                    tracing::warn!(
+                        "lease renewal is failing and {} are left before the lease deadline: \
+                         SIGTERM to the child's process group now, SIGKILL at the deadline \
+                         unless a renewal succeeds first",
+                        fmt_secs(deadline.saturating_duration_since(now)),
+                    );
+                    terminate(group);
+                    term_for = Some(deadline);
+                }
+                // Else renewed meanwhile: the next round re-arms.
+            }
+            _ = sleep_until(kill_at), if kill_at.is_some() && killed_at.is_none() => {
+                tracing::warn!("the child's process group did not end within --grace: SIGKILL");
                 signal_group(group, Signal::SIGKILL);
-                kill_at = None;
+                killed_at = Some(Instant::now());
             }
         }
-    };
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => {
-            // Cannot happen with a child we spawned; stop everything.
-            signal_group(group, Signal::SIGKILL);
-            return Err(Failure::new(
-                exit::SOFTWARE,
-                format!("cannot wait for the child: {e}"),
-            ));
-        }
-    };
-    let code = exit::of_status(status);
-    tracing::debug!(code, "the child exited");
-    if lost_seen {
-        // Whatever the child left running in its group must not outlive the
-        // lease either.
-        signal_group(group, Signal::SIGKILL);
     }
+    if !lost_seen && !lease.live() {
+        // The deadline passed (the group got SIGKILL at it) before the
+        // renewal task reported the loss.
+        eprintln!(
+            "worklease: {}; the lease deadline passed without a successful renewal",
+            describe_loss()
+        );
+        lost_seen = true;
+    }
+    let code = status.map_or(exit::SOFTWARE, exit::of_status);
     Ok((code, lost_seen))
+}
+
+/// Resets [`CHILD_GROUP`] when supervision ends, however it ends.
+struct ClearGroup;
+
+impl Drop for ClearGroup {
+    fn drop(&mut self) {
+        CHILD_GROUP.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Whether `sig` ends a process by default (and ends a wait for the lease).
+fn terminating(sig: Signal) -> bool {
+    matches!(
+        sig,
+        Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+    )
+}
+
+/// SIGTERM, then SIGCONT (so that a stopped process acts on it), to the
+/// child's process group.
+fn terminate(group: Option<Pid>) {
+    signal_group(group, Signal::SIGTERM);
+    signal_group(group, Signal::SIGCONT);
+}
+
+/// Whether the process group still has a member that runs: `killpg(group,
+/// 0)` succeeds, and (on Linux) a member is not a zombie waiting for its
+/// new parent to reap it.
+fn group_alive(group: Option<Pid>) -> bool {
+    let Some(group) = group else {
+        return false;
+    };
+    match killpg(group, None) {
+        Err(nix::errno::Errno::ESRCH) => false,
+        _ => !only_zombies(group),
+    }
+}
+
+/// True when every process of `group` is a zombie; false when one is not,
+/// or when `/proc` cannot tell.
+#[cfg(target_os = "linux")]
+fn only_zombies(group: Pid) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    let mut members = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        if pgrp == Some(group.as_raw()) {
+            members += 1;
+            if !matches!(state, "Z" | "X") {
+                return false;
+            }
+        }
+    }
+    members > 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn only_zombies(_group: Pid) -> bool {
+    false
 }
 
 /// Acquires the lease: at once, or with `--wait` until it is free or a
@@ -243,16 +558,16 @@ async fn acquire(
                 Err(e) => return Err(e.into()),
             },
             Some(sig) = signals.recv() => {
-                if matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2) {
-                    continue; // no child yet to forward them to
+                if terminating(sig) {
+                    return Ok(Acquired::Interrupted(sig));
                 }
-                return Ok(Acquired::Interrupted(sig));
+                continue; // no child yet to forward it to
             }
         }
         tokio::select! {
             _ = tokio::time::sleep(args.poll) => {}
             Some(sig) = signals.recv() => {
-                if !matches!(sig, Signal::SIGUSR1 | Signal::SIGUSR2) {
+                if terminating(sig) {
                     return Ok(Acquired::Interrupted(sig));
                 }
             }
@@ -261,7 +576,10 @@ async fn acquire(
 }
 
 /// Starts the child in its own process group with the `WORKLEASE_*`
-/// environment; on Linux it is killed if this process dies.
+/// environment; on Linux it is killed if this process dies. When stdin is a
+/// terminal, the child gets `/dev/null` instead: in a background process
+/// group, reading the terminal would stop it (SIGTTIN) while it holds the
+/// lease.
 pub fn spawn(
     command: &[OsString],
     token: &Token,
@@ -278,17 +596,54 @@ pub fn spawn(
         .env("WORKLEASE_TOKEN", token.to_string())
         .env("WORKLEASE_STORE", store_url)
         .process_group(0);
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let parent = nix::unistd::getpid();
-        // SAFETY: the closure runs in the forked child before exec and only
-        // makes async-signal-safe system calls (prctl, getppid, kill).
-        unsafe {
-            cmd.pre_exec(move || die_with_parent(parent));
-        }
+    if std::io::stdin().is_terminal() {
+        tracing::info!(
+            "stdin is a terminal: the child gets /dev/null as its stdin (in its own process group, \
+             reading the terminal would stop it while it holds the lease); pipe or redirect input \
+             to give it some"
+        );
+        cmd.stdin(Stdio::null());
+    }
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe system calls (sigprocmask, prctl, getppid,
+    // kill).
+    unsafe {
+        cmd.pre_exec(move || {
+            job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK)?;
+            die_with_parent(parent)
+        });
     }
     tracing::debug!(command = ?command, "starting the child");
-    cmd.spawn()
+    // A job-control signal between the fork and the moment the child's
+    // process group is recorded would stop this process but not the child:
+    // hold such signals back meanwhile (only this thread takes them).
+    job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)?;
+    let spawned = cmd.spawn();
+    if let Some(id) = spawned
+        .as_ref()
+        .ok()
+        .and_then(tokio::process::Child::id)
+        .and_then(|id| i32::try_from(id).ok())
+    {
+        CHILD_GROUP.store(id, Ordering::SeqCst);
+    }
+    // Cannot fail with a valid set; a child must never be dropped here.
+    let _ = job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK);
+    spawned
+}
+
+/// Blocks or unblocks SIGTSTP, SIGTTIN and SIGTTOU in the calling thread.
+/// The runtime's other threads block them for good (`on_thread_start` in
+/// `main`), so that the job-control handler runs on the main thread, and
+/// not while it spawns a child.
+pub fn job_control_mask(how: nix::sys::signal::SigmaskHow) -> std::io::Result<()> {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for sig in JOB_STOP {
+        set.add(sig);
+    }
+    nix::sys::signal::pthread_sigmask(how, Some(&set), None)?;
+    Ok(())
 }
 
 /// In the forked child: ask for SIGKILL when the parent dies, and die at
@@ -299,6 +654,11 @@ fn die_with_parent(parent: Pid) -> std::io::Result<()> {
     if nix::unistd::getppid() != parent {
         nix::sys::signal::raise(Signal::SIGKILL)?;
     }
+    Ok(())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn die_with_parent(_parent: Pid) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -348,18 +708,62 @@ pub fn fmt_secs(d: Duration) -> String {
     }
 }
 
-/// The forwarded signals, delivered through a channel.
+/// The job-control handler (SIGTSTP, SIGTTIN, SIGTTOU): stops the child's
+/// process group, then this process, as the default action would have
+/// stopped this process alone. It runs synchronously, inside whatever
+/// system call raised it (a write to the terminal raises SIGTTOU), and
+/// makes only async-signal-safe calls (kill).
+extern "C" fn on_job_stop(_signal: nix::libc::c_int) {
+    let saved = nix::errno::Errno::last_raw();
+    let group = CHILD_GROUP.load(Ordering::SeqCst);
+    // SAFETY: kill(2) is async-signal-safe; the arguments are plain values.
+    unsafe {
+        if group > 0 {
+            nix::libc::kill(-group, nix::libc::SIGSTOP);
+        }
+        nix::libc::kill(nix::libc::getpid(), nix::libc::SIGSTOP);
+    }
+    nix::errno::Errno::set_raw(saved);
+}
+
+/// Installs [`on_job_stop`] for SIGTSTP, SIGTTIN and SIGTTOU, except where
+/// the signal is ignored (as a shell without job control leaves it).
+fn install_job_control() -> Result<(), Failure> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let action = SigAction::new(
+        SigHandler::Handler(on_job_stop),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in JOB_STOP {
+        // SAFETY: the handler only makes async-signal-safe calls.
+        let old = unsafe { sigaction(sig, &action) }.map_err(|e| {
+            Failure::new(
+                exit::SOFTWARE,
+                format!("cannot install a handler for {sig}: {e}"),
+            )
+        })?;
+        if old.handler() == SigHandler::SigIgn {
+            // SAFETY: restoring the disposition this process started with.
+            let _ = unsafe { sigaction(sig, &old) };
+        }
+    }
+    Ok(())
+}
+
+/// The forwarded signals and SIGCONT, delivered through a channel.
 pub struct Signals {
     rx: mpsc::UnboundedReceiver<Signal>,
 }
 
 impl Signals {
-    /// Installs handlers for [`FORWARDED`]: from now on these signals no
-    /// longer end this process, they are delivered by [`Signals::recv`].
+    /// Installs handlers for [`FORWARDED`] and SIGCONT: from now on these
+    /// signals no longer end this process, they are delivered by
+    /// [`Signals::recv`]. Also installs the job-control handler.
     pub fn install() -> Result<Self, Failure> {
         use tokio::signal::unix::{signal, SignalKind};
         let (tx, rx) = mpsc::unbounded_channel();
-        for sig in FORWARDED {
+        for sig in FORWARDED.into_iter().chain([Signal::SIGCONT]) {
             let mut stream = signal(SignalKind::from_raw(sig as i32)).map_err(|e| {
                 Failure::new(
                     exit::SOFTWARE,
@@ -375,10 +779,55 @@ impl Signals {
                 }
             });
         }
+        install_job_control()?;
         Ok(Self { rx })
     }
 
     pub async fn recv(&mut self) -> Option<Signal> {
         self.rx.recv().await
+    }
+
+    /// The next signal that ends a wait (SIGINT, SIGTERM, SIGHUP,
+    /// SIGQUIT), skipping the others: there is no child to forward them to
+    /// yet.
+    pub async fn next_terminating(&mut self) -> Option<Signal> {
+        loop {
+            let sig = self.rx.recv().await?;
+            if terminating(sig) {
+                return Some(sig);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_defaults_to_a_quarter_of_the_ttl_at_most_10s() {
+        let s = Duration::from_secs;
+        assert_eq!(check_lease_args("h", s(15), None).unwrap(), s(15) / 4);
+        assert_eq!(check_lease_args("h", s(120), None).unwrap(), s(10));
+        assert_eq!(
+            check_lease_args("h", Duration::from_millis(3), None).unwrap(),
+            Duration::from_micros(750)
+        );
+        assert_eq!(check_lease_args("h", s(10), Some(s(5))).unwrap(), s(5));
+        let e = check_lease_args("h", s(10), Some(Duration::from_millis(5001))).unwrap_err();
+        assert_eq!(e.code, exit::USAGE);
+        assert!(e.message.contains("TTL/2"), "{}", e.message);
+        // No overflow with an absurd --grace.
+        let e = check_lease_args("h", s(15), Some(Duration::MAX)).unwrap_err();
+        assert_eq!(e.code, exit::USAGE);
+    }
+
+    #[test]
+    fn a_ttl_too_short_to_renew_is_a_usage_error() {
+        for ms in [1, 2] {
+            let e = check_lease_args("h", Duration::from_millis(ms), None).unwrap_err();
+            assert_eq!(e.code, exit::USAGE);
+            assert!(e.message.contains("at least 3ms"), "{}", e.message);
+        }
     }
 }

@@ -4,13 +4,14 @@ use std::io::Write;
 
 use serde::Serialize;
 use worklease::store::url;
-use worklease::{LeaseEnd, LeaseInfo};
+use worklease::{LeaseEnd, LeaseInfo, PreviousHolder};
 
 use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
 use crate::StatusArgs;
 
-/// One lease as `status --json` prints it (SPEC §4: exactly these fields).
+/// One lease as `status --json` prints it: the eight fields of SPEC §4,
+/// then how the lease ended and who held it before.
 #[derive(Serialize)]
 struct LeaseJson<'a> {
     work_id: &'a str,
@@ -21,6 +22,30 @@ struct LeaseJson<'a> {
     released: bool,
     checkpoint_bytes: usize,
     clean_handoff: bool,
+    /// `null` while the lease is live, else `released`, `expired` or
+    /// `revoked`.
+    ended: Option<&'static str>,
+    /// `null` on the first acquisition of the work ID.
+    previous_holder: Option<PreviousJson<'a>>,
+}
+
+/// The holder before the current acquisition, as `status --json` and
+/// `checkpoint get --json` print it.
+#[derive(Serialize)]
+pub struct PreviousJson<'a> {
+    holder_id: &'a str,
+    fencing_token: u64,
+    ended: &'static str,
+}
+
+impl<'a> From<&'a PreviousHolder> for PreviousJson<'a> {
+    fn from(p: &'a PreviousHolder) -> Self {
+        Self {
+            holder_id: &p.holder_id,
+            fencing_token: p.fencing_token,
+            ended: p.ended.as_str(),
+        }
+    }
 }
 
 impl<'a> From<&'a LeaseInfo> for LeaseJson<'a> {
@@ -34,13 +59,15 @@ impl<'a> From<&'a LeaseInfo> for LeaseJson<'a> {
             released: info.released,
             checkpoint_bytes: info.checkpoint_bytes,
             clean_handoff: info.handoff.is_clean(),
+            ended: info.ended.map(LeaseEnd::as_str),
+            previous_holder: info.handoff.previous.as_ref().map(PreviousJson::from),
         }
     }
 }
 
 /// Runs `worklease status` and returns its exit status.
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
-    let (store_url, store) = args.store.open()?;
+    let (store_url, store) = args.store.open_existing()?;
     let mut leases = store.inspect(&args.work_ids).await?;
     leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
 
@@ -195,7 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn json_has_exactly_the_spec_fields() {
+    fn json_has_the_spec_fields_and_how_the_lease_ended() {
         let i = info("job", false, false);
         let v: serde_json::Value = serde_json::to_value(LeaseJson::from(&i)).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -205,16 +232,31 @@ mod tests {
             [
                 "checkpoint_bytes",
                 "clean_handoff",
+                "ended",
                 "expired",
                 "expires_at",
                 "fencing_token",
                 "holder_id",
+                "previous_holder",
                 "released",
                 "work_id"
             ]
         );
         assert_eq!(v["expires_at"], "2026-01-01T00:00:00.123Z");
         assert_eq!(v["clean_handoff"], true);
+        assert_eq!(v["ended"], serde_json::Value::Null);
+        assert_eq!(
+            v["previous_holder"],
+            serde_json::json!({"holder_id": "host:0", "fencing_token": 6, "ended": "released"})
+        );
+
+        let mut revoked = info("job", false, true);
+        revoked.ended = Some(LeaseEnd::Revoked);
+        revoked.handoff.previous = None;
+        let v = serde_json::to_value(LeaseJson::from(&revoked)).unwrap();
+        assert_eq!(v["ended"], "revoked");
+        assert_eq!(v["previous_holder"], serde_json::Value::Null);
+        assert_eq!(v["clean_handoff"], false);
     }
 
     #[test]

@@ -64,8 +64,30 @@ impl World {
     /// Starts `worklease ARGS` in the background; its stderr lines arrive on
     /// a channel.
     fn spawn(&self, args: &[&str]) -> Running {
-        let mut child = self
-            .cmd(args)
+        Running::start(self.cmd(args))
+    }
+
+    /// The store file's path.
+    fn store_path(&self) -> PathBuf {
+        self.path("store/leases.db")
+    }
+
+    /// Holds the store's write lock until dropped: every renewal meanwhile
+    /// waits for it and fails (a store that does not answer).
+    fn lock_store(&self) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open(self.store_path()).expect("open the store file");
+        conn.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the write lock");
+        conn
+    }
+}
+
+impl Running {
+    /// Starts `cmd` in the background; its stderr lines arrive on a channel.
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -85,7 +107,9 @@ impl World {
             seen: Vec::new(),
         }
     }
+}
 
+impl World {
     fn touch(&self, name: &str) {
         std::fs::write(self.path(name), b"").expect("touch");
     }
@@ -183,6 +207,47 @@ fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The state letter of `pid` in `/proc/PID/stat` (`R`, `S`, `T`, `Z`...),
+/// `None` once it is gone.
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn stopped(pid: i32) -> bool {
+    matches!(process_state(pid), Some('T' | 't'))
+}
+
+/// True when process group `group` has members, and none of them runs: each
+/// is stopped, or waits uninterruptibly (a shell whose vfork child was
+/// stopped before its exec), or is a zombie.
+fn group_stopped(group: i32) -> bool {
+    let mut states = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(group) {
+            states.push(fields[0].to_string());
+        }
+    }
+    states.iter().any(|s| s == "T")
+        && states
+            .iter()
+            .all(|s| matches!(s.as_str(), "T" | "t" | "D" | "Z" | "X"))
+}
+
+fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("send a signal");
 }
 
 /// True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
@@ -360,7 +425,7 @@ fn release_force_stops_the_child_and_run_exits_76() {
         holder_script("a")
     );
     let run = w.spawn(&[
-        "run", "--ttl", "1s", "--grace", "5s", "--holder", "alpha", "job", "--", "sh", "-c",
+        "run", "--ttl", "5s", "--grace", "1s", "--holder", "alpha", "job", "--", "sh", "-c",
         &script,
     ]);
     w.wait_for_file("a.started", LONG);
@@ -650,14 +715,22 @@ fn usage_errors_exit_64() {
         stderr(&out)
     );
 
-    // Credentials never show.
-    let out = w.output(&["status", "--store", "postgres://app:hunter2@db/leases"]);
-    assert_eq!(out.status.code(), Some(64));
-    assert!(
-        !stderr(&out).contains("hunter2") && stderr(&out).contains("not built yet"),
-        "{}",
-        stderr(&out)
-    );
+    // Credentials never show, whatever this build says of the store (not
+    // built in, or a malformed URL: BAD-NAME is no valid table name).
+    for url in [
+        "postgres://app:hunter2@db/leases?table=BAD-NAME",
+        "postgres://app:hunter2?table=BAD-NAME",
+        "host=db password=hunter2 user=app",
+        "redis://:hunter2@cache:6379/0?prefix_typo=x",
+    ] {
+        let out = w.output(&["status", "--store", url]);
+        assert_eq!(out.status.code(), Some(64), "{url}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("hunter2") && stderr(&out).contains("***"),
+            "{url}: {}",
+            stderr(&out)
+        );
+    }
 
     for args in [&["--help"][..], &["run", "--help"], &["--version"]] {
         let out = w.output(args);
@@ -714,6 +787,8 @@ fn status_shows_live_and_released_leases() {
         "released",
         "checkpoint_bytes",
         "clean_handoff",
+        "ended",
+        "previous_holder",
     ]
     .into();
     for v in &lines {
@@ -732,6 +807,8 @@ fn status_shows_live_and_released_leases() {
     assert_eq!(done["expired"], true);
     assert_eq!(done["checkpoint_bytes"], 3);
     assert_eq!(done["clean_handoff"], true);
+    assert_eq!(done["ended"], "released");
+    assert_eq!(done["previous_holder"]["ended"], "released");
     let held = &lines[1];
     assert_eq!(held["work_id"], "live");
     assert_eq!(held["holder_id"], "alpha");
@@ -739,6 +816,8 @@ fn status_shows_live_and_released_leases() {
     assert_eq!(held["released"], false);
     assert_eq!(held["expired"], false);
     assert_eq!(held["clean_handoff"], false);
+    assert_eq!(held["ended"], serde_json::Value::Null);
+    assert_eq!(held["previous_holder"], serde_json::Value::Null);
 
     let out = w.output(&["status"]);
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -822,8 +901,8 @@ fn a_signal_ends_a_wait_with_128_plus_n() {
 fn elect(w: &World, election: &str, name: &str) -> Running {
     let script = holder_script(name);
     let mut r = w.spawn(&[
-        "-v", "elect", "--ttl", "1s", "--poll", "100ms", "--grace", "2s", "--holder", name,
-        election, "--", "sh", "-c", &script,
+        "-v", "elect", "--ttl", "1s", "--poll", "100ms", "--holder", name, election, "--", "sh",
+        "-c", &script,
     ]);
     r.wait_for_line("campaigning", LONG);
     r
@@ -901,4 +980,442 @@ fn elect_stops_the_child_and_exits_76_when_leadership_is_revoked() {
         err.contains("revoked"),
         "the message names the cause: {err}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// The child is gone by the lease deadline when renewal fails.
+
+/// A child script that notes SIGTERM (`$D/got_term`) and runs on.
+fn term_noting_script(name: &str) -> String {
+    format!("trap 'touch \"$D/got_term\"' TERM; {}", holder_script(name))
+}
+
+/// `sh -c` text that writes `$D/<file>`: `gone` or the state letter of the
+/// process whose PID is in `$D/<pid_file>`.
+fn probe_script(pid_file: &str, file: &str) -> String {
+    format!(
+        "p=$(cat \"$D/{pid_file}\"); s=$(cut -d' ' -f3 \"/proc/$p/stat\" 2>/dev/null); \
+         echo \"${{s:-gone}}\" > \"$D/{file}\""
+    )
+}
+
+#[test]
+fn when_renewal_fails_the_child_is_killed_by_the_deadline_before_anyone_else_holds_the_lease() {
+    let w = World::new();
+    // TTL 6s: the default --grace is 1.5s; the holder's deadline is 5.4s
+    // after the last successful renewal was sent, the store's expiry 6s.
+    let mut a = w.spawn(&[
+        "run",
+        "--ttl",
+        "6s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &term_noting_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    let lock = w.lock_store();
+    a.wait_for_line("lease renewal is failing", LONG);
+    a.wait_for_line("renewal failed until the lease window ran out", LONG);
+    drop(lock);
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(
+        w.path("got_term").exists(),
+        "no SIGTERM before the SIGKILL: {err}"
+    );
+    assert!(process_gone(child), "the child outlived the lease: {err}");
+
+    // The next holder gets the lease once it expired by the store's clock;
+    // by then the first child was dead (it ignores SIGTERM: SIGKILL at the
+    // holder's deadline, not --grace after it).
+    let out = w.output(&[
+        "run",
+        "--wait",
+        "--poll",
+        "50ms",
+        "--holder",
+        "beta",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &probe_script("a.pid", "verdict"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let verdict = w.read("verdict");
+    assert!(
+        matches!(verdict.trim(), "gone" | "Z"),
+        "the first holder's child still ran when the next holder started: {verdict}"
+    );
+}
+
+#[test]
+fn a_renewal_that_succeeds_after_the_sigterm_cancels_the_sigkill() {
+    let w = World::new();
+    let mut a = w.spawn(&[
+        "run",
+        "--ttl",
+        "6s",
+        "--grace",
+        "2s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &term_noting_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    let lock = w.lock_store();
+    a.wait_for_line("lease renewal is failing", LONG);
+    drop(lock);
+    a.wait_for_line("renewed after all", LONG);
+    assert!(
+        !process_gone(child),
+        "the child was killed although the lease was renewed"
+    );
+    w.touch("a.stop");
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    assert!(w.path("got_term").exists(), "{err}");
+    assert!(
+        !err.contains("worklease:"),
+        "the status is the child's: {err}"
+    );
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ended"], "released");
+}
+
+#[test]
+fn grace_longer_than_half_the_ttl_is_a_usage_error() {
+    let w = World::new();
+    for args in [
+        &["run", "--ttl", "10s", "--grace", "6s", "job", "--", "true"][..],
+        &["run", "--grace", "1000000000000s", "job", "--", "true"],
+        &[
+            "elect", "--ttl", "1s", "--grace", "600ms", "e", "--", "true",
+        ],
+    ] {
+        let out = w.output(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("TTL/2"), "{args:?}: {}", stderr(&out));
+    }
+    assert!(!w.path("store").exists(), "a refused run created the store");
+}
+
+// ---------------------------------------------------------------------------
+// Job control, signals and a stopped child.
+
+#[test]
+fn ctrl_z_stops_the_child_with_worklease_and_sigcont_continues_both() {
+    let w = World::new();
+    let run = w.spawn(&[
+        "run",
+        "--ttl",
+        "5s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    signal(run.pid(), nix::sys::signal::Signal::SIGTSTP);
+    assert!(
+        poll_until(LONG, || stopped(run.pid()) && group_stopped(child)),
+        "worklease {:?}, child {:?}",
+        process_state(run.pid()),
+        process_state(child)
+    );
+    signal(run.pid(), nix::sys::signal::Signal::SIGCONT);
+    assert!(
+        poll_until(LONG, || !group_stopped(child)),
+        "the child was not continued"
+    );
+    w.touch("a.stop");
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
+#[test]
+fn sigcont_after_the_lease_expired_kills_the_stopped_child_and_exits_76() {
+    let w = World::new();
+    let run = w.spawn(&[
+        "run",
+        "--ttl",
+        "1s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    signal(run.pid(), nix::sys::signal::Signal::SIGTSTP);
+    assert!(
+        poll_until(LONG, || stopped(run.pid()) && group_stopped(child)),
+        "worklease {:?}, child {:?}",
+        process_state(run.pid()),
+        process_state(child)
+    );
+    // The lease runs out while both are stopped.
+    assert!(
+        poll_until(LONG, || {
+            let out = w.output(&["status", "--json", "job"]);
+            serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|v| v["expired"] == true)
+        }),
+        "the lease did not expire"
+    );
+    signal(run.pid(), nix::sys::signal::Signal::SIGCONT);
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(
+        err.contains("worklease:") && err.contains("SIGKILL"),
+        "{err}"
+    );
+    assert!(
+        poll_until(LONG, || process_gone(child)),
+        "the child still runs"
+    );
+}
+
+#[test]
+fn a_forwarded_sigterm_reaches_a_stopped_child() {
+    let w = World::new();
+    let script = format!(
+        "trap 'touch \"$D/got_term\"; exit 7' TERM; {}",
+        holder_script("a")
+    );
+    let run = w.spawn(&["run", "job", "--", "sh", "-c", &script]);
+    w.wait_for_file("a.started", LONG);
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    signal(child, nix::sys::signal::Signal::SIGSTOP);
+    assert!(poll_until(LONG, || stopped(child)));
+    signal(run.pid(), nix::sys::signal::Signal::SIGTERM);
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 7, "{err}");
+    assert!(w.path("got_term").exists());
+}
+
+#[test]
+fn a_terminal_on_stdin_is_replaced_by_dev_null() {
+    let w = World::new();
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let script = "if [ -t 0 ]; then echo tty; else echo not-a-tty; fi > \"$D/stdin.txt\"; \
+                  cat > \"$D/read.txt\"";
+    let mut cmd = w.cmd(&["-v", "run", "job", "--", "sh", "-c", script]);
+    cmd.stdin(Stdio::from(pty.slave));
+    let run = Running::start(cmd);
+    let (status, err) = run.wait(LONG);
+    drop(pty.master);
+    assert_eq!(code(status), 0, "{err}");
+    assert_eq!(w.read("stdin.txt").trim(), "not-a-tty");
+    assert_eq!(w.read("read.txt"), "");
+    assert!(err.contains("/dev/null"), "not said: {err}");
+
+    // Input through a pipe still reaches the child.
+    let mut cmd = w.cmd(&["run", "job", "--", "sh", "-c", "cat > \"$D/piped.txt\""]);
+    cmd.stdin(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), b"hello").expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(w.read("piped.txt"), "hello");
+}
+
+// ---------------------------------------------------------------------------
+// Processes the child leaves behind.
+
+#[test]
+fn processes_left_in_the_childs_group_are_stopped_before_the_release() {
+    let w = World::new();
+    let script = "sleep 1000 & echo $! > \"$D/bg.pid\"; exit 3";
+    let run = w.spawn(&["run", "job", "--", "sh", "-c", script]);
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 3, "{err}");
+    assert!(err.contains("still run in its process group"), "{err}");
+    let bg: i32 = w.read("bg.pid").trim().parse().expect("pid");
+    assert!(process_gone(bg), "the background process survived");
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ended"], "released");
+}
+
+#[test]
+fn a_leftover_that_ignores_sigterm_gets_sigkill_before_the_next_holder_runs() {
+    let w = World::new();
+    let script = "(trap '' TERM; touch \"$D/bg.started\"; while :; do sleep 0.05; done) & \
+                  echo $! > \"$D/bg.pid\"; while [ ! -e \"$D/bg.started\" ]; do sleep 0.01; done";
+    let mut a = w.spawn(&[
+        "run", "--ttl", "4s", "--grace", "500ms", "job", "--", "sh", "-c", script,
+    ]);
+    a.wait_for_line("still run in its process group", LONG);
+    // The next holder waits for the release, which follows the SIGKILL.
+    let b = w.spawn(&[
+        "run",
+        "--wait",
+        "--poll",
+        "20ms",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &probe_script("bg.pid", "verdict"),
+    ]);
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    let (status, err) = b.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    let verdict = w.read("verdict");
+    assert!(
+        matches!(verdict.trim(), "gone" | "Z"),
+        "a process of the first holder's child ran when the next holder started: {verdict}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Nothing is written for arguments that cannot work; read-only commands
+// create no store.
+
+#[test]
+fn a_ttl_too_short_to_renew_exits_64_and_writes_nothing() {
+    let w = World::new();
+    for args in [
+        &["run", "--wait", "--ttl", "1ms", "job", "--", "true"][..],
+        &["run", "--wait", "--ttl", "2ms", "job", "--", "true"],
+        &["run", "--ttl", "2ms", "job", "--", "true"],
+        &["elect", "--ttl", "2ms", "e", "--", "true"],
+    ] {
+        let out = w.output(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("at least 3ms"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!w.path("store").exists(), "a refused run created the store");
+}
+
+#[test]
+fn read_only_commands_on_a_missing_store_exit_69_and_create_nothing() {
+    let w = World::new();
+    let token = "wl1;work=job;holder=h;fencing_token=1;expires_at_ms=0;ttl_ms=1000";
+    for args in [
+        &["status"][..],
+        &["status", "--json", "job"],
+        &["release", "--force", "job"],
+        &["checkpoint", "get", "--token", token],
+        &["checkpoint", "set", "--token", token, "data"],
+    ] {
+        let out = w.output(args);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("no store at") && err.contains(&w.store_path().display().to_string()),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        !w.path("store").exists(),
+        "a read-only command created the store"
+    );
+
+    // A `~` no shell expanded.
+    let out = w.output(&["status", "--store", "sqlite:~/leases.db"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("$HOME"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_store_url_with_four_slashes_reaches_the_child_as_the_same_file() {
+    let mut w = World::new();
+    w.store = format!("sqlite:///{}", w.store_path().display());
+    let out = w.output(&[
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "printf %s \"$WORKLEASE_STORE\" > \"$D/store.txt\"; \"$WL\" checkpoint set ok",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let url = w.read("store.txt");
+    assert_eq!(url, format!("sqlite:///{}", w.store_path().display()));
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["checkpoint_bytes"], 2);
+}
+
+#[test]
+fn release_force_of_a_revoked_lease_says_revoked() {
+    let w = World::new();
+    let run = w.spawn(&[
+        "run",
+        "--ttl",
+        "2s",
+        "--grace",
+        "200ms",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let out = w.output(&["release", "--force", "job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (status, err) = run.wait(LONG);
+    assert_eq!(code(status), 76, "{err}");
+    // The last line says that the status is worklease's, and the child's.
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("worklease: exit 76: ") && last.contains("own status: 143"),
+        "{err}"
+    );
+    let out = w.output(&["release", "--force", "job"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("already ended (revoked;"), "{said}");
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ended"], "revoked");
+}
+
+#[test]
+fn help_is_honest_about_polling_and_exit_statuses() {
+    let w = World::new();
+    let help = |args: &[&str]| String::from_utf8_lossy(&w.output(args).stdout).into_owned();
+    let main = help(&["--help"]);
+    assert!(!main.contains("exactly one machine"), "{main}");
+    assert!(
+        main.contains("across") && main.contains("networked store"),
+        "{main}"
+    );
+    for sub in ["run", "elect"] {
+        let text = help(&[sub, "--help"]);
+        assert!(!text.contains("at once when it releases"), "{text}");
+        assert!(!text.contains("leads at once"), "{text}");
+        assert!(
+            text.contains("only stores with notifications")
+                || text.contains("stores with notifications wake"),
+            "{text}"
+        );
+        assert!(text.contains("TTL/2") && text.contains("SIGSTOP"), "{text}");
+        assert!(text.contains("`worklease:`"), "{text}");
+    }
+    let run = help(&["run", "--help"]);
+    assert!(run.contains("/dev/null") && run.contains("Ctrl-Z"), "{run}");
+    // A clap usage error says `worklease:` too.
+    let out = w.output(&["run", "--no-such-flag", "job", "--", "true"]);
+    assert!(stderr(&out).starts_with("worklease: "), "{}", stderr(&out));
 }

@@ -196,6 +196,7 @@ fn demo_usage_errors_exit_64() {
         &["demo", "--store", "memory:", "."],
         &["demo", "--workers", "0", "."],
         &["demo", "--ttl", "0", "."],
+        &["demo", "--ttl", "2ms", "."],
         &["demo", empty.to_str().expect("UTF-8 path")],
         &["demo", "/no/such/dir"],
     ];
@@ -208,4 +209,108 @@ fn demo_usage_errors_exit_64() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+#[test]
+fn one_worker_and_one_shard_read_in_the_singular() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = tmp.path().join("input");
+    make_input(&input);
+    let input_arg = input.to_str().expect("UTF-8 path");
+    let out = run_demo(
+        &[
+            "demo",
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+            "--no-kill",
+            input_arg,
+        ],
+        &tmp.path().join("home"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("  1 worker, worker-1; it runs"), "{stdout}");
+    assert!(
+        stdout.contains("  1 shard of 30 files: work ID demo/shard-0\n"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("1 workers") && !stdout.contains(".. worker-1"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_interrupted_demo_stops_its_workers_and_removes_its_scratch_directory() {
+    use std::io::{BufRead, BufReader};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = tmp.path().join("input");
+    make_input(&input);
+    let scratch_parent = tmp.path().join("tmp");
+    std::fs::create_dir(&scratch_parent).expect("mkdir");
+    let mut child = Command::new(BIN)
+        .args(["demo", "--no-kill", "--workers", "2", "--shards", "2"])
+        .args(["--pace", "500ms"])
+        .arg(&input)
+        .env_remove("WORKLEASE_STORE")
+        .env_remove("WORKLEASE_TOKEN")
+        .env_remove("RUST_LOG")
+        .env("WORKLEASE_HOME", tmp.path().join("home"))
+        .env("TMPDIR", &scratch_parent)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worklease demo");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // A worker's child has started a shard: the timeline has begun.
+    let end = Instant::now() + LIMIT;
+    let mut seen = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no timeline line; saw {seen:#?}"));
+        let started = line.starts_with('[');
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(&scratch_parent).expect("ls").count(),
+        1,
+        "the scratch directory is where TMPDIR says"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let (tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match done.recv_timeout(LIMIT) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("the interrupted demo did not end within {LIMIT:?}");
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}\n{seen:#?}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&scratch_parent)
+        .expect("ls")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
