@@ -66,6 +66,8 @@ mod lease;
 pub mod limits;
 pub mod observe;
 mod renewal;
+#[cfg(feature = "testkit")]
+pub mod sim;
 pub mod store;
 mod token;
 

@@ -59,6 +59,7 @@
 //! renewal a new handle.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -281,11 +282,34 @@ pub struct RegisterStore<R: Register> {
     register: R,
     /// Per work ID: the last handle this adapter saw, and since when.
     seen: Mutex<HashMap<WorkId, Observation>>,
+    /// Numbers every register call as it is sent, so that a slow reply can
+    /// be told apart from a newer one.
+    calls: AtomicU64,
+    /// Per work ID: the lease this adapter itself last wrote as held, and
+    /// when that write was sent. A holder's renew, checkpoint, read and
+    /// release through this adapter are judged by it: the lease ends at
+    /// that send + its TTL, exactly as its holder counts (S3 asks for
+    /// `Expired` then), whatever reads of other callers observed meanwhile.
+    own: Mutex<HashMap<WorkId, OwnWrite>>,
 }
 
+/// A lease this adapter wrote as held.
+struct OwnWrite {
+    fencing_token: u64,
+    holder_id: String,
+    sent: Instant,
+    ttl: Duration,
+}
+
+/// What this adapter knows of a work ID's current version.
 struct Observation {
     handle: Handle,
     since: Instant,
+    /// The number of the call whose answer this is. An answer to an older
+    /// call (a read that was slow to return) never replaces it: otherwise a
+    /// stale read would restart the observation of a newer version, and a
+    /// holder could renew a lease this adapter should count as expired.
+    call: u64,
 }
 
 /// A decoded record as read, with its handle and how long it has been seen.
@@ -301,6 +325,8 @@ impl<R: Register> RegisterStore<R> {
         Self {
             register,
             seen: Mutex::new(HashMap::new()),
+            calls: AtomicU64::new(0),
+            own: Mutex::new(HashMap::new()),
         }
     }
 
@@ -327,17 +353,56 @@ impl<R: Register> RegisterStore<R> {
         })
     }
 
-    /// Notes that `handle` is current now and returns for how long this
-    /// adapter has seen it unchanged (zero for a new handle).
-    fn observe(&self, work_id: &WorkId, handle: &Handle) -> Result<Duration> {
+    /// The number of a call about to be sent.
+    fn next_call(&self) -> u64 {
+        self.calls.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Notes the answer of call number `call`: `handle` is current (or the
+    /// value is absent, `None`), as seen since `since`. Returns for how long
+    /// this adapter has seen the answer's version unchanged: zero for a
+    /// version new to it, or for the stale answer of a call older than what
+    /// the adapter already knows (which then changes nothing).
+    fn observe(
+        &self,
+        work_id: &WorkId,
+        handle: Option<&Handle>,
+        call: u64,
+        since: Instant,
+    ) -> Result<Duration> {
         let now = Instant::now();
         let mut seen = self.seen()?;
-        match seen.get(work_id) {
-            Some(o) if o.handle == *handle => Ok(now.saturating_duration_since(o.since)),
+        match seen.get_mut(work_id) {
+            // The same version: it has existed at least since the earliest
+            // sighting. Every sighting is at or after the send of the write
+            // that made it (a read's reply, or our own write's send), so the
+            // earliest keeps contenders safe and lets a holder judge its own
+            // expiry exactly.
+            Some(o) if Some(&o.handle) == handle => {
+                o.since = o.since.min(since);
+                o.call = o.call.max(call);
+                Ok(now.saturating_duration_since(o.since))
+            }
+            // A stale answer about another version: newer knowledge stays.
+            Some(o) if o.call > call => Ok(Duration::ZERO),
             _ => {
-                let handle = handle.clone();
-                seen.insert(work_id.clone(), Observation { handle, since: now });
-                Ok(Duration::ZERO)
+                match handle {
+                    Some(h) => {
+                        let handle = h.clone();
+                        seen.insert(
+                            work_id.clone(),
+                            Observation {
+                                handle,
+                                since,
+                                call,
+                            },
+                        );
+                    }
+                    None => {
+                        seen.remove(work_id);
+                    }
+                }
+                Ok(now.saturating_duration_since(since))
             }
         }
     }
@@ -346,6 +411,7 @@ impl<R: Register> RegisterStore<R> {
     /// observation starts after the read returned: never before the write
     /// that made the handle was sent.
     async fn load(&self, work_id: &WorkId) -> Result<Option<Current>> {
+        let call = self.next_call();
         let read = match self.register.read(work_id).await {
             Ok(read) => read,
             Err(RegisterError::Store(e)) => return Err(e.into()),
@@ -354,7 +420,7 @@ impl<R: Register> RegisterStore<R> {
             }
         };
         let Some((bytes, handle)) = read else {
-            self.seen()?.remove(work_id);
+            self.observe(work_id, None, call, Instant::now())?;
             return Ok(None);
         };
         let stored = decode_record(&bytes).map_err(|why| {
@@ -363,7 +429,7 @@ impl<R: Register> RegisterStore<R> {
                 &format!("cannot decode the stored lease record: {why}"),
             )
         })?;
-        let observed = self.observe(work_id, &handle)?;
+        let observed = self.observe(work_id, Some(&handle), call, Instant::now())?;
         Ok(Some(Current {
             stored,
             handle,
@@ -380,12 +446,19 @@ impl<R: Register> RegisterStore<R> {
         record: Record,
     ) -> Result<Option<SystemTime>> {
         let wall = SystemTime::now();
+        let own = (record.phase == Phase::Held).then(|| OwnWrite {
+            fencing_token: record.fencing_token,
+            holder_id: record.holder_id.clone(),
+            sent: Instant::now(),
+            ttl: Duration::from_millis(record.ttl_ms),
+        });
         let stored = Stored {
             writes: current.map_or(0, |c| c.stored.writes).wrapping_add(1),
             written_at_ms: unix_ms(wall),
             record,
         };
         let bytes = encode_record(&stored).map_err(|why| self.error(work_id, &why))?;
+        let call = self.next_call();
         let sent = Instant::now();
         match self
             .register
@@ -394,11 +467,12 @@ impl<R: Register> RegisterStore<R> {
         {
             Ok(handle) => {
                 // Our own write: observed since it was sent (module docs).
-                let seen = Observation {
-                    handle,
-                    since: sent,
+                self.observe(work_id, Some(&handle), call, sent)?;
+                let mut mine = self.own()?;
+                match own {
+                    Some(o) => mine.insert(work_id.clone(), OwnWrite { sent, ..o }),
+                    None => mine.remove(work_id),
                 };
-                self.seen()?.insert(work_id.clone(), seen);
                 Ok(Some(wall))
             }
             Err(RegisterError::Conflict) => Ok(None),
@@ -417,7 +491,7 @@ impl<R: Register> RegisterStore<R> {
             let Some(current) = self.load(lease.work_id).await? else {
                 return Err(record::fenced(lease));
             };
-            let (unexpired, _) = judge(&current.stored.record, current.observed);
+            let unexpired = self.unexpired_for(lease, &current)?;
             record::check_current(Some(&current.stored.record), lease, unexpired)?;
             let mut next = current.stored.record.clone();
             change(&mut next);
@@ -426,6 +500,33 @@ impl<R: Register> RegisterStore<R> {
             }
         }
         Err(self.contention(lease.work_id))
+    }
+
+    fn own(&self) -> Result<MutexGuard<'_, HashMap<WorkId, OwnWrite>>> {
+        self.own.lock().map_err(|_| {
+            StoreError::new(
+                self.register.kind(),
+                "own-writes lock poisoned by an earlier panic",
+            )
+            .into()
+        })
+    }
+
+    /// Whether `lease` counts as unexpired for an operation of its holder:
+    /// by this adapter's own last write of it when there is one (send time +
+    /// TTL, the holder's own count), else by the observation rule (a token
+    /// from another process).
+    fn unexpired_for(&self, lease: LeaseRef<'_>, current: &Current) -> Result<bool> {
+        let own = self.own()?;
+        match own.get(lease.work_id) {
+            Some(o)
+                if o.fencing_token == lease.fencing_token
+                    && o.holder_id == lease.holder_id.as_str() =>
+            {
+                Ok(Instant::now() < o.sent + o.ttl)
+            }
+            _ => Ok(judge(&current.stored.record, current.observed).0),
+        }
     }
 
     fn contention(&self, work_id: &WorkId) -> Error {
@@ -551,9 +652,10 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
         let current = self.load(lease.work_id).await?;
         let prior = current.as_ref().map(|c| &c.stored.record);
-        let unexpired = current
-            .as_ref()
-            .is_some_and(|c| judge(&c.stored.record, c.observed).0);
+        let unexpired = match &current {
+            Some(c) => self.unexpired_for(lease, c)?,
+            None => false,
+        };
         record::check_current(prior, lease, unexpired)?;
         prior.map(record::read).ok_or_else(|| record::fenced(lease))
     }
