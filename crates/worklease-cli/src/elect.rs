@@ -35,6 +35,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     let (child_url, store) = args.store.open()?;
+    args.metrics.serve()?;
     let elector = Elector::builder(store, args.election.as_str(), holder)
         .ttl(args.ttl)
         .poll_interval(args.poll)

@@ -103,7 +103,9 @@ host: sqlite:PATH; the default is the SQLite file $WORKLEASE_HOME/leases.db,
 else $XDG_DATA_HOME/worklease/leases.db, else $HOME/.local/share/worklease/leases.db,
 else /var/lib/worklease/leases.db. etcd:// and s3:// are not built yet. status, release and checkpoint
 never create a store: a missing SQLite file is an error (exit 69).
-Logs go to stderr (warnings by default; -v debug, -vv trace, or RUST_LOG).
+Logs go to stderr (warnings by default; -v debug, -vv trace, -q errors only, or RUST_LOG;
+--log-format json for one JSON object per line). run and elect serve Prometheus metrics
+with --metrics-addr 127.0.0.1:PORT (docs/metrics.md).
 ";
 
 const RUN_HELP: &str = "\
@@ -273,8 +275,16 @@ Examples:
 #[command(name = "worklease", version, about = ABOUT, after_help = MAIN_HELP, after_long_help = format!("{MAIN_HELP}\n{}", exit::HELP))]
 struct Cli {
     /// More logs on stderr: -v debug, -vv trace (default: warnings only).
-    #[arg(short, long, global = true, action = ArgAction::Count)]
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "quiet")]
     verbose: u8,
+
+    /// Fewer logs on stderr: errors only.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+
+    /// Log format on stderr: text (default) or json (one JSON object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 
     #[command(subcommand)]
     command: Command,
@@ -304,6 +314,39 @@ enum Command {
     /// The child of `worklease demo`: processes one shard (internal).
     #[command(hide = true)]
     DemoShard(demo::DemoShardArgs),
+}
+
+/// `--metrics-addr`, of `run` and `elect`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MetricsArg {
+    /// Serve Prometheus metrics (text format, any path) on this address, e.g. 127.0.0.1:9464.
+    /// Any address given is bound, also a non-loopback one: the metrics show work IDs and
+    /// elections, so expose them only where that is fine. See docs/metrics.md.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+impl MetricsArg {
+    /// Starts the Prometheus exporter (its HTTP listener on the current
+    /// runtime) and registers the metrics' descriptions, when
+    /// `--metrics-addr` was given.
+    pub fn serve(&self) -> Result<(), Failure> {
+        let Some(addr) = self.metrics_addr else {
+            return Ok(());
+        };
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| {
+                Failure::new(
+                    exit::UNAVAILABLE,
+                    format!("cannot serve metrics on {addr}: {e}"),
+                )
+            })?;
+        worklease::metrics::describe();
+        tracing::info!(%addr, "serving Prometheus metrics");
+        Ok(())
+    }
 }
 
 /// The store option shared by every subcommand.
@@ -379,6 +422,9 @@ pub struct RunArgs {
     #[command(flatten)]
     store: StoreArg,
 
+    #[command(flatten)]
+    metrics: MetricsArg,
+
     /// Lease TTL: how long the lease outlives a holder that stops renewing
     /// (it is renewed every TTL/3), e.g. 500ms, 15s, 1m.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
@@ -417,6 +463,9 @@ pub struct RunArgs {
 /// Arguments of `worklease elect`.
 #[derive(Args, Debug)]
 pub struct ElectArgs {
+    #[command(flatten)]
+    metrics: MetricsArg,
+
     #[command(flatten)]
     store: StoreArg,
 
@@ -558,21 +607,35 @@ fn parse_holder_id(s: &str) -> Result<HolderId, String> {
     HolderId::new(s).map_err(|e| e.to_string())
 }
 
-fn init_logging(verbose: u8) {
+/// The format of the logs on stderr.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (with the fields of the current spans).
+    Json,
+}
+
+fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = match (std::env::var_os("RUST_LOG"), verbose) {
-        (Some(_), 0) => EnvFilter::from_default_env(),
-        (_, 0) => EnvFilter::new("warn"),
-        (_, 1) => EnvFilter::new("debug"),
+    let filter = match (std::env::var_os("RUST_LOG"), verbose, quiet) {
+        (_, _, true) => EnvFilter::new("error"),
+        (Some(_), 0, _) => EnvFilter::from_default_env(),
+        (_, 0, _) => EnvFilter::new("warn"),
+        (_, 1, _) => EnvFilter::new("debug"),
         _ => EnvFilter::new("trace"),
     };
-    // A second initialisation (impossible here) would only be refused.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_target(false);
+    // A second initialisation (impossible here) would only be refused.
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
 }
 
 async fn dispatch(command: Command) -> Result<u8, Failure> {
@@ -608,7 +671,7 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, cli.quiet, cli.log_format);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // Job-control signals are for the main thread only: see

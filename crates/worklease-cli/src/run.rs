@@ -72,6 +72,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     let (child_url, store) = args.store.open()?;
+    args.metrics.serve()?;
     if store.kind() == "memory" {
         tracing::warn!(
             "the memory: store lives in this process only: the lease excludes no other process, \

@@ -32,10 +32,13 @@ use std::time::{Duration, SystemTime};
 use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::finish::{release_within, FinishGuard};
 use crate::lease::{AcquireOptions, Config, Leases};
 use crate::limits::WorkId;
+use crate::metrics::{finish_span, LeaderGauge};
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::store::LeaseStore;
 use crate::token::Token;
@@ -183,24 +186,44 @@ impl ElectorBuilder {
     /// holder ID) or TTL, a renew interval not shorter than TTL − safety
     /// margin, or a poll interval or release timeout under 1 ms.
     pub fn build(self) -> Result<Elector> {
-        let election = WorkId::new(self.election)?;
         let leases = Leases::new(self.store, Config::new(self.owner, self.ttl))?;
         let renewal = match self.renew_interval {
             Some(i) => RenewalOptions::new().interval(i),
             None => RenewalOptions::new(),
         };
+        Elector::from_leases(
+            leases,
+            self.election,
+            renewal,
+            self.poll_interval,
+            self.release_timeout,
+            self.clock,
+        )
+    }
+}
+
+impl Elector {
+    /// An elector on an existing [`Leases`] handle (its holder, TTL,
+    /// safety margin and observer); checked as [`ElectorBuilder::build`].
+    pub(crate) fn from_leases(
+        leases: Leases,
+        election: String,
+        renewal: RenewalOptions,
+        poll_interval: Duration,
+        release_timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Elector> {
+        let election = WorkId::new(election)?;
         renewal.check(&leases)?;
         let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
-        if self.poll_interval < Duration::from_millis(1) {
+        if poll_interval < Duration::from_millis(1) {
             return rule(format!(
-                "poll interval {:?} must be at least 1ms",
-                self.poll_interval
+                "poll interval {poll_interval:?} must be at least 1ms"
             ));
         }
-        if self.release_timeout < Duration::from_millis(1) {
+        if release_timeout < Duration::from_millis(1) {
             return rule(format!(
-                "release timeout {:?} must be at least 1ms",
-                self.release_timeout
+                "release timeout {release_timeout:?} must be at least 1ms"
             ));
         }
         Ok(Elector {
@@ -208,9 +231,9 @@ impl ElectorBuilder {
                 election,
                 leases,
                 renewal,
-                poll_interval: self.poll_interval,
-                release_timeout: self.release_timeout,
-                clock: self.clock,
+                poll_interval,
+                release_timeout,
+                clock,
             }),
         })
     }
@@ -282,46 +305,10 @@ impl Leadership {
     pub fn token(&self) -> Token {
         self.renewal.token()
     }
-}
 
-/// Releases a leadership's lease when dropped: on the normal path after the
-/// function returned, and when the `lead` future itself is dropped
-/// (shutdown, cancellation). The release runs on a spawned task, bounded by
-/// the release timeout.
-struct ReleaseGuard {
-    leases: Leases,
-    timeout: Duration,
-    renewal: Option<Arc<Renewal>>,
-}
-
-impl ReleaseGuard {
-    async fn release(mut self) {
-        if let Some(r) = self.renewal.take() {
-            release_within(self.leases.clone(), r, self.timeout).await;
-        }
-    }
-}
-
-impl Drop for ReleaseGuard {
-    fn drop(&mut self) {
-        if let (Some(r), Ok(rt)) = (self.renewal.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn(release_within(self.leases.clone(), r, self.timeout));
-        }
-    }
-}
-
-/// Stops the renewal (by dropping it) and releases its latest token within
-/// `timeout`, unless the lease was already lost.
-async fn release_within(leases: Leases, renewal: Arc<Renewal>, timeout: Duration) {
-    if renewal.lost_cause().is_some() {
-        return;
-    }
-    renewal.halt();
-    let token = renewal.token();
-    match tokio::time::timeout(timeout, leases.release(token)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "releasing leadership failed"),
-        Err(_) => tracing::warn!(?timeout, "releasing leadership timed out"),
+    /// The renewal behind this leadership, for [`crate::leader::elect`].
+    pub(crate) fn renewal(&self) -> Arc<Renewal> {
+        self.renewal.clone()
     }
 }
 
@@ -363,6 +350,28 @@ impl Elector {
     /// revoked or expired by the store's judgement); [`Error::Store`] when
     /// the store fails.
     pub async fn leader(&self) -> Result<State> {
+        let span = tracing::debug_span!(
+            "worklease.election.leader",
+            election = %self.inner.election,
+            store = self.inner.leases.store().kind(),
+            leader = tracing::field::Empty,
+            generation = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = tokio::time::Instant::now();
+        let result = self.leader_inner().instrument(span.clone()).await;
+        if let Ok(state) = &result {
+            span.record("leader", state.owner.as_str());
+        }
+        finish_span(&span, started, &result, None);
+        if let Ok(state) = &result {
+            span.record("generation", state.generation);
+        }
+        result
+    }
+
+    async fn leader_inner(&self) -> Result<State> {
         let infos = self
             .inner
             .leases
@@ -383,6 +392,25 @@ impl Elector {
     }
 
     async fn campaign(&self) -> Result<(Token, Renewal)> {
+        let span = tracing::info_span!(
+            "worklease.election.campaign",
+            election = %self.inner.election,
+            holder = self.owner(),
+            store = self.inner.leases.store().kind(),
+            generation = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = tokio::time::Instant::now();
+        let result = self.campaign_inner().instrument(span.clone()).await;
+        if let Ok((token, _)) = &result {
+            span.record("generation", token.fencing_token);
+        }
+        finish_span(&span, started, &result, None);
+        result
+    }
+
+    async fn campaign_inner(&self) -> Result<(Token, Renewal)> {
         let opts = AcquireOptions::new()
             .wait_for_lease()
             .poll_interval(self.inner.poll_interval);
@@ -415,11 +443,12 @@ impl Elector {
     {
         let (token, renewal) = self.campaign().await?;
         let renewal = Arc::new(renewal);
-        let guard = ReleaseGuard {
-            leases: self.inner.leases.clone(),
-            timeout: self.inner.release_timeout,
-            renewal: Some(renewal.clone()),
-        };
+        let _is_leader = LeaderGauge::new(self.inner.election.as_str(), renewal.lost_signal());
+        let guard = FinishGuard::new(
+            self.inner.leases.clone(),
+            renewal.clone(),
+            self.inner.release_timeout,
+        );
         let leadership = Leadership {
             state: State::from_token(&token, &self.inner.clock),
             lost: renewal.lost_signal(),
@@ -477,6 +506,7 @@ async fn lead_term(
     token: &Token,
     mut renewal: Renewal,
 ) -> bool {
+    let _is_leader = LeaderGauge::new(elector.inner.election.as_str(), renewal.lost_signal());
     let clock = &elector.inner.clock;
     let mut event = Some(Event {
         kind: EventKind::Acquired,

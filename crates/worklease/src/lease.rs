@@ -8,9 +8,12 @@ use bytes::Bytes;
 use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
 use crate::limits::{check_checkpoint, check_ttl, HolderId, WorkId};
+use crate::metrics::{self as m, finish_span};
 use crate::observe::{
     AcquireEvent, CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation,
     ReadCheckpointEvent, ReleaseEvent, RenewEvent,
@@ -229,6 +232,33 @@ impl Leases {
     /// * [`Error::Store`] when the store fails (also while waiting: the
     ///   caller decides whether to try again).
     pub async fn acquire(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
+        let store = self.inner.store.kind();
+        let span = tracing::info_span!(
+            "worklease.acquire",
+            work_id,
+            holder = %self.inner.holder_id,
+            store,
+            wait = options.wait,
+            fencing_token = Empty,
+            outcome = Empty,
+            duration_ms = Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .acquire_inner(work_id, options)
+            .instrument(span.clone())
+            .await;
+        finish_span(
+            &span,
+            started,
+            &result,
+            result.as_ref().ok().map(|t| t.fencing_token),
+        );
+        m::count(m::ACQUISITIONS_TOTAL, store, &result);
+        result
+    }
+
+    async fn acquire_inner(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
         let work_id = WorkId::new(work_id)?;
         if options.poll_interval < Duration::from_millis(1) {
             return Err(InvalidInput::Config(format!(
@@ -271,6 +301,7 @@ impl Leases {
                 .acquire(&work_id, &self.inner.holder_id, self.inner.ttl)
                 .await;
             let duration = sent.elapsed();
+            m::store_call(self.inner.store.kind(), "acquire", duration);
             let expires_in = match result {
                 // A grant whose deadline passed before its reply arrived (a
                 // store that was busy or slow) is of no use: hand it back,
@@ -381,6 +412,12 @@ impl Leases {
 
     fn fenced(&self, token: &Token, operation: Operation, error: &Error) {
         if matches!(error, Error::Fenced { .. }) {
+            let label = match operation {
+                Operation::Renew => "renew",
+                Operation::Checkpoint => "checkpoint",
+                Operation::Release => "release",
+            };
+            metrics::counter!(m::FENCED_TOTAL, "operation" => label).increment(1);
             self.inner.observer.on_fenced(&FencedEvent {
                 token,
                 operation,
@@ -391,6 +428,59 @@ impl Leases {
 
     /// One renewal attempt, reported to the observer as attempt `attempt`.
     pub(crate) async fn renew_attempt(&self, token: &Token, attempt: u32) -> Result<Token> {
+        let store = self.inner.store.kind();
+        let span = self.op_span(SpanOp::Renew, token);
+        span.record("attempt", attempt);
+        let started = Instant::now();
+        let result = self
+            .renew_inner(token, attempt)
+            .instrument(span.clone())
+            .await;
+        finish_span(&span, started, &result, None);
+        m::count(m::RENEWALS_TOTAL, store, &result);
+        if result.is_ok() {
+            // How close this renewal came to losing the lease: the lifetime
+            // left on the previous deadline when the renewal came back.
+            if let Some(left) = token.remaining() {
+                let work_id = token.work_id.to_string();
+                metrics::gauge!(m::LEASE_REMAINING_SECONDS, "work_id" => work_id.clone())
+                    .set(left.as_secs_f64());
+                metrics::gauge!(m::LEASE_TTL_SECONDS, "work_id" => work_id)
+                    .set(self.inner.ttl.as_secs_f64());
+            }
+        }
+        result
+    }
+
+    /// The span of an operation on `token`, with the fields every
+    /// operation span has (`outcome` and `duration_ms` recorded at its end).
+    fn op_span(&self, op: SpanOp, token: &Token) -> tracing::Span {
+        // `tracing::span!` needs a constant level and name: one arm each.
+        macro_rules! op_span {
+            ($level:ident, $name:literal) => {
+                tracing::span!(
+                    tracing::Level::$level,
+                    $name,
+                    work_id = %token.work_id,
+                    holder = %token.holder_id,
+                    fencing_token = token.fencing_token,
+                    store = self.inner.store.kind(),
+                    attempt = Empty,
+                    size = Empty,
+                    outcome = Empty,
+                    duration_ms = Empty,
+                )
+            };
+        }
+        match op {
+            SpanOp::Renew => op_span!(DEBUG, "worklease.renew"),
+            SpanOp::Checkpoint => op_span!(DEBUG, "worklease.checkpoint"),
+            SpanOp::ReadCheckpoint => op_span!(DEBUG, "worklease.read_checkpoint"),
+            SpanOp::Release => op_span!(INFO, "worklease.release"),
+        }
+    }
+
+    async fn renew_inner(&self, token: &Token, attempt: u32) -> Result<Token> {
         self.check_token(token)?;
         let sent = Instant::now();
         let result = self
@@ -399,6 +489,7 @@ impl Leases {
             .renew(lease_ref(token), self.inner.ttl)
             .await;
         let duration = sent.elapsed();
+        m::store_call(self.inner.store.kind(), "renew", duration);
         let error = result.as_ref().err();
         self.inner.observer.on_renew(&RenewEvent {
             token,
@@ -443,6 +534,20 @@ impl Leases {
     /// [`crate::limits::MAX_CHECKPOINT_BYTES`] (nothing is written).
     pub async fn checkpoint(&self, token: &Token, data: impl Into<Bytes>) -> Result<Token> {
         let data = data.into();
+        let store = self.inner.store.kind();
+        let span = self.op_span(SpanOp::Checkpoint, token);
+        span.record("size", data.len());
+        let started = Instant::now();
+        let result = self
+            .checkpoint_inner(token, data)
+            .instrument(span.clone())
+            .await;
+        finish_span(&span, started, &result, None);
+        m::count(m::CHECKPOINTS_TOTAL, store, &result);
+        result
+    }
+
+    async fn checkpoint_inner(&self, token: &Token, data: Bytes) -> Result<Token> {
         self.check_token(token)?;
         check_checkpoint(data.len())?;
         let size = data.len();
@@ -453,6 +558,7 @@ impl Leases {
             .checkpoint(lease_ref(token), self.inner.ttl, data)
             .await;
         let duration = sent.elapsed();
+        m::store_call(self.inner.store.kind(), "checkpoint", duration);
         let error = result.as_ref().err();
         self.inner.observer.on_checkpoint(&CheckpointEvent {
             token,
@@ -475,10 +581,25 @@ impl Leases {
     /// [`Error::Fenced`] / [`Error::Expired`] for a token that is not the
     /// current live lease; [`Error::Store`] when the store fails.
     pub async fn read_checkpoint(&self, token: &Token) -> Result<Checkpoint> {
+        let span = self.op_span(SpanOp::ReadCheckpoint, token);
+        let started = Instant::now();
+        let result = self
+            .read_checkpoint_inner(token)
+            .instrument(span.clone())
+            .await;
+        if let Ok(c) = &result {
+            span.record("size", c.data.as_ref().map_or(0, Bytes::len));
+        }
+        finish_span(&span, started, &result, None);
+        result
+    }
+
+    async fn read_checkpoint_inner(&self, token: &Token) -> Result<Checkpoint> {
         self.check_token(token)?;
         let sent = Instant::now();
         let result = self.inner.store.read_checkpoint(lease_ref(token)).await;
         let duration = sent.elapsed();
+        m::store_call(self.inner.store.kind(), "read_checkpoint", duration);
         let (size, clean_handoff) = match &result {
             Ok(c) => (c.data.as_ref().map_or(0, Bytes::len), c.clean_handoff()),
             Err(_) => (0, false),
@@ -502,10 +623,21 @@ impl Leases {
     /// # Errors
     /// As [`Leases::renew`]; a failed release changes nothing.
     pub async fn release(&self, token: Token) -> Result<()> {
+        let store = self.inner.store.kind();
+        let span = self.op_span(SpanOp::Release, &token);
+        let started = Instant::now();
+        let result = self.release_inner(token).instrument(span.clone()).await;
+        finish_span(&span, started, &result, None);
+        m::count(m::RELEASES_TOTAL, store, &result);
+        result
+    }
+
+    async fn release_inner(&self, token: Token) -> Result<()> {
         self.check_token(&token)?;
         let sent = Instant::now();
         let result = self.inner.store.release(lease_ref(&token)).await;
         let duration = sent.elapsed();
+        m::store_call(self.inner.store.kind(), "release", duration);
         let error = result.as_ref().err();
         self.inner.observer.on_release(&ReleaseEvent {
             token: &token,
@@ -530,6 +662,15 @@ impl Leases {
         self.check_token(&token)?;
         Renewal::start(self.clone(), token, options)
     }
+}
+
+/// The operations with a span on a token (see `Leases::op_span`).
+#[derive(Clone, Copy)]
+enum SpanOp {
+    Renew,
+    Checkpoint,
+    ReadCheckpoint,
+    Release,
 }
 
 pub(crate) fn lease_ref(token: &Token) -> LeaseRef<'_> {

@@ -62,14 +62,20 @@
 pub mod conformance;
 pub mod election;
 pub mod error;
+mod finish;
+pub mod leader;
 mod lease;
 pub mod limits;
+pub mod metrics;
 pub mod observe;
 mod renewal;
+pub mod runner;
 #[cfg(feature = "testkit")]
 pub mod sim;
 pub mod store;
 mod token;
+#[cfg(feature = "serde")]
+pub mod typed;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
@@ -79,7 +85,7 @@ pub struct ReadmeDoctests;
 pub use error::{Error, InvalidInput, Result, StoreError};
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
-pub use observe::{LeaseObserver, NoopObserver};
+pub use observe::{LeaseObserver, NoopObserver, TracingObserver};
 pub use renewal::{Renewal, RenewalOptions};
 pub use store::{Checkpoint, Handoff, LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder};
 pub use token::Token;

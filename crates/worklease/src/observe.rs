@@ -133,3 +133,136 @@ pub trait LeaseObserver: Send + Sync {
 pub struct NoopObserver;
 
 impl LeaseObserver for NoopObserver {}
+
+/// An observer that logs every event through `tracing` (target
+/// `worklease::observe`): successes at DEBUG, failures at WARN (fenced
+/// operations and failed renewals), `Held` and wait ends at DEBUG. Fields
+/// are recorded lazily: with no subscriber, or one that filters these
+/// events out, it formats nothing.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use worklease::{Config, TracingObserver};
+/// let config = Config::new("worker-1", Duration::from_secs(15)).observer(Arc::new(TracingObserver));
+/// # let _ = config;
+/// ```
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TracingObserver;
+
+impl LeaseObserver for TracingObserver {
+    fn on_acquire(&self, event: &AcquireEvent<'_>) {
+        match (event.token, event.error) {
+            (Some(token), _) => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.work_id,
+                fencing_token = token.fencing_token,
+                attempts = event.attempts,
+                duration = ?event.duration,
+                "acquired"
+            ),
+            (None, Some(error)) => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.work_id,
+                attempts = event.attempts,
+                duration = ?event.duration,
+                %error,
+                "acquisition failed"
+            ),
+            (None, None) => {}
+        }
+    }
+
+    fn on_renew(&self, event: &RenewEvent<'_>) {
+        match event.error {
+            None => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                attempt = event.attempt,
+                duration = ?event.duration,
+                "renewed"
+            ),
+            Some(error) => tracing::warn!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                attempt = event.attempt,
+                duration = ?event.duration,
+                %error,
+                "renewal failed"
+            ),
+        }
+    }
+
+    fn on_checkpoint(&self, event: &CheckpointEvent<'_>) {
+        match event.error {
+            None => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                size = event.size,
+                duration = ?event.duration,
+                "checkpoint written"
+            ),
+            Some(error) => tracing::warn!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                size = event.size,
+                %error,
+                "checkpoint failed"
+            ),
+        }
+    }
+
+    fn on_read_checkpoint(&self, event: &ReadCheckpointEvent<'_>) {
+        match event.error {
+            None => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                size = event.size,
+                clean_handoff = event.clean_handoff,
+                duration = ?event.duration,
+                "checkpoint read"
+            ),
+            Some(error) => tracing::warn!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                %error,
+                "checkpoint read failed"
+            ),
+        }
+    }
+
+    fn on_release(&self, event: &ReleaseEvent<'_>) {
+        match event.error {
+            None => tracing::debug!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                duration = ?event.duration,
+                "released"
+            ),
+            Some(error) => tracing::warn!(
+                target: "worklease::observe",
+                work_id = %event.token.work_id,
+                fencing_token = event.token.fencing_token,
+                %error,
+                "release failed"
+            ),
+        }
+    }
+
+    fn on_fenced(&self, event: &FencedEvent<'_>) {
+        tracing::warn!(
+            target: "worklease::observe",
+            work_id = %event.token.work_id,
+            fencing_token = event.token.fencing_token,
+            operation = ?event.operation,
+            error = %event.error,
+            "fenced: another holder took the lease, or it was revoked"
+        );
+    }
+}

@@ -271,6 +271,7 @@ async fn run(
     lost: CancellationToken,
     stop: CancellationToken,
 ) {
+    let _held = HeldGauge::new(leases.store().kind());
     // The send time of the last successful acquire or renew; a parsed token
     // (no deadline) is renewed at once and has no window for retries.
     let mut last_sent = token
@@ -331,10 +332,29 @@ async fn run(
             }
             Err(e) => {
                 tracing::warn!(work_id = %token.work_id, fencing_token = token.fencing_token, error = %e, "lease lost");
+                metrics::counter!(crate::metrics::LEASES_LOST_TOTAL, "cause" => crate::metrics::error_kind(&e))
+                    .increment(1);
                 tx.send_modify(|s| s.lost = Some(e));
                 lost.cancel();
                 return;
             }
         }
+    }
+}
+
+/// Counts a running renewal task in `worklease_leases_held`, on every way
+/// out of the task (stop, loss, drop of the runtime).
+struct HeldGauge(&'static str);
+
+impl HeldGauge {
+    fn new(store: &'static str) -> Self {
+        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => store).increment(1.0);
+        Self(store)
+    }
+}
+
+impl Drop for HeldGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => self.0).decrement(1.0);
     }
 }
