@@ -256,7 +256,10 @@ Examples:
 
 const RELEASE_HELP: &str = "\
 Ends the current lease on WORK_ID at once, whoever holds it: an operator's
-tool for a stuck holder. The holder's next renewal fails, so `worklease run`
+tool for a stuck holder. The next acquirer may start at once, while the
+revoked holder learns of it only at its next renewal (within TTL/3) and then
+stops its child: for that window two children can run. Downstream writes
+fenced by the fencing token reject the revoked one. The holder's next renewal fails, so `worklease run`
 stops its child (SIGTERM, then SIGKILL after --grace) and exits 76; the next
 acquirer sees an unclean hand-off (revoked). The checkpoint is kept.
 A holder releases its own lease by ending: `worklease run` releases when its

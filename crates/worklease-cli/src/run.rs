@@ -133,6 +133,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         Ok(token) => token,
         Err(cause) => {
             eprintln!("worklease: the lease was lost before the child ended: {cause}");
+            say_lost(&args.work_id, "lease", code);
             return Ok(exit::LOST);
         }
     };
@@ -140,6 +141,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         Ok(()) => Ok(code),
         Err(e) if e.is_lease_lost() => {
             eprintln!("worklease: the lease was lost before the child ended: {e}");
+            say_lost(&args.work_id, "lease", code);
             Ok(exit::LOST)
         }
         Err(e) => {
@@ -429,6 +431,15 @@ pub async fn supervise(
         eprintln!(
             "worklease: {}; the lease deadline passed without a successful renewal",
             describe_loss()
+        );
+        lost_seen = true;
+    }
+    if !lost_seen && term_for.is_some() {
+        // The child was stopped because renewal kept failing and its lease
+        // was about to run out: the lease is as good as lost (and the store
+        // likely unreachable, so no release is attempted: it expires).
+        eprintln!(
+            "worklease: the child was stopped because renewal kept failing and the lease was about to expire"
         );
         lost_seen = true;
     }

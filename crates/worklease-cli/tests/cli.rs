@@ -1419,3 +1419,30 @@ fn help_is_honest_about_polling_and_exit_statuses() {
     let out = w.output(&["run", "--no-such-flag", "job", "--", "true"]);
     assert!(stderr(&out).starts_with("worklease: "), "{}", stderr(&out));
 }
+
+#[test]
+fn a_child_stopped_because_renewal_keeps_failing_makes_run_exit_76() {
+    let w = World::new();
+    // The child exits at once on SIGTERM (the shell's default); worklease
+    // sent it because the lease was about to run out: that is a loss (76),
+    // not the child's own 143.
+    let mut a = w.spawn(&[
+        "run",
+        "--ttl",
+        "6s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &holder_script("a"),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let lock = w.lock_store();
+    a.wait_for_line("lease renewal is failing", LONG);
+    let (status, err) = a.wait(LONG);
+    drop(lock);
+    assert_eq!(code(status), 76, "{err}");
+    assert!(err.contains("worklease: exit 76"), "{err}");
+}

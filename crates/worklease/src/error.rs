@@ -229,11 +229,21 @@ impl Error {
     }
 }
 
+/// The underlying error and its own causes, each after ": ". Some client
+/// libraries put the useful part ("password authentication failed",
+/// "Connection refused") only in a cause of a cause.
 fn fmt_source(s: &Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>) -> String {
-    match s {
-        Some(e) => format!(": {e}"),
-        None => String::new(),
+    let mut out = String::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = s.as_deref().map(|e| e as _);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = e.source();
     }
+    out
 }
 
 fn fmt_expires_in(d: Option<Duration>) -> String {
