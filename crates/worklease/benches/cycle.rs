@@ -12,6 +12,8 @@
 //! `-- --seconds 5`). It prints ops/s of ours and of the baseline, and the
 //! ratio ours / baseline.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,17 +21,6 @@ use std::time::{Duration, Instant};
 use worklease::store::memory::MemoryStore;
 use worklease::store::sqlite::SqliteStore;
 use worklease::{AcquireOptions, Config, LeaseStore, Leases};
-
-fn seconds() -> Duration {
-    let args: Vec<String> = std::env::args().collect();
-    let secs = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(2.0);
-    Duration::from_secs_f64(secs)
-}
 
 /// Runs `op(i)` for `dur` after a short warm-up; returns ops/s.
 async fn rate<F, Fut>(dur: Duration, mut op: F) -> f64
@@ -73,7 +64,7 @@ fn report(store: &str, ours: f64, base: f64, baseline: &str) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let dur = seconds();
+    let dur = common::seconds();
 
     let table: Mutex<HashMap<String, u64>> = Mutex::default();
     let base = rate(dur, |i| {

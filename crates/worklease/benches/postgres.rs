@@ -18,6 +18,8 @@
 //! (default `postgres://postgres@127.0.0.1:5432/test`). It creates and drops
 //! tables of its own.
 
+mod common;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,17 +28,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use worklease::store::postgres::{PostgresOptions, PostgresStore, TableName};
 use worklease::{AcquireOptions, Config, Leases};
-
-fn seconds() -> Duration {
-    let args: Vec<String> = std::env::args().collect();
-    let secs = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(2.0);
-    Duration::from_secs_f64(secs)
-}
 
 /// How many alternating slices ours and the baseline are measured in, so
 /// that a change of the machine's load during a run hits both alike.
@@ -94,6 +85,19 @@ where
     done.load(Ordering::Relaxed) as f64 / dur.as_secs_f64()
 }
 
+/// Runs `sql` (statements without parameters) on a pooled connection;
+/// panics with `what` when it fails.
+async fn batch(store: &PostgresStore, sql: &str, what: &str) {
+    store
+        .pool()
+        .get()
+        .await
+        .expect("connection")
+        .batch_execute(sql)
+        .await
+        .expect(what);
+}
+
 fn row(op: &str, clients: usize, ours: f64, base: f64) {
     println!(
         "{op:<18} {clients:>7} {ours:>12.0} {base:>15.0} {:>14.2}",
@@ -107,7 +111,7 @@ async fn main() {
         .ok()
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string());
-    let dur = seconds();
+    let dur = common::seconds();
     let table = format!("wl_bench_{:08x}", rand::random::<u32>());
     let max_clients = 16;
     let config: worklease::store::postgres::tokio_postgres::Config =
@@ -123,17 +127,15 @@ async fn main() {
     );
     store.initialize().await.expect("the server answers");
     let baseline = format!("{table}_baseline");
-    store
-        .pool()
-        .get()
-        .await
-        .expect("connection")
-        .batch_execute(&format!(
+    batch(
+        &store,
+        &format!(
             "CREATE TABLE {baseline} (id int PRIMARY KEY, n bigint NOT NULL, data bytea); \
              INSERT INTO {baseline} SELECT g, 0, NULL FROM generate_series(0, {max_clients}) AS g"
-        ))
-        .await
-        .expect("baseline table");
+        ),
+        "baseline table",
+    )
+    .await;
     let bump = Arc::new(format!(
         "UPDATE {baseline} SET n = n + 1 WHERE id = $1 RETURNING n"
     ));
@@ -240,16 +242,14 @@ async fn main() {
         }
     }
 
-    store
-        .pool()
-        .get()
-        .await
-        .expect("connection")
-        .batch_execute(&format!(
+    batch(
+        &store,
+        &format!(
             "DROP TABLE {baseline}; DROP TABLE {}; DROP SEQUENCE {}",
             store.table().quoted(),
             store.table().sequence_quoted()
-        ))
-        .await
-        .expect("drop the bench tables");
+        ),
+        "drop the bench tables",
+    )
+    .await;
 }

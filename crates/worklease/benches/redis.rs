@@ -17,6 +17,8 @@
 //! optionally `-- --seconds 5` per measurement (default 2). Its keys live
 //! under a random prefix and are deleted at the end.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,17 +34,6 @@ if (v == false and ARGV[1] == '0') or v == ARGV[1] then
   return 1
 end
 return 0";
-
-fn seconds() -> Duration {
-    let args: Vec<String> = std::env::args().collect();
-    let secs = args
-        .iter()
-        .position(|a| a == "--seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(2.0);
-    Duration::from_secs_f64(secs)
-}
 
 fn server_url() -> String {
     std::env::var("WORKLEASE_TEST_REDIS_URL")
@@ -83,6 +74,41 @@ const WARM_UP: u64 = 100;
 /// baseline.
 const SLICES: u32 = 4;
 
+/// Counts the operations of one measurement: [`WARM_UP`] of them untimed,
+/// then as many as `dur` allows.
+struct Meter {
+    dur: Duration,
+    n: u64,
+    start: Instant,
+}
+
+impl Meter {
+    fn new(dur: Duration) -> Self {
+        Self {
+            dur,
+            n: 0,
+            start: Instant::now(),
+        }
+    }
+
+    /// Whether to run one more operation (then counted).
+    fn next(&mut self) -> bool {
+        if self.n == WARM_UP {
+            self.start = Instant::now();
+        }
+        if self.n > WARM_UP && self.start.elapsed() >= self.dur {
+            return false;
+        }
+        self.n += 1;
+        true
+    }
+
+    /// The timed operations per second.
+    fn rate(&self) -> f64 {
+        (self.n - WARM_UP) as f64 / self.start.elapsed().as_secs_f64()
+    }
+}
+
 /// Runs `op` on the client for `dur` after a warm-up; returns ops/s.
 async fn ours(c: &Client, op: Op, dur: Duration) -> f64 {
     let work = format!("bench/{}", c.n);
@@ -96,15 +122,8 @@ async fn ours(c: &Client, op: Op, dur: Duration) -> f64 {
                 .expect("acquire"),
         );
     }
-    let mut n = 0u64;
-    let mut start = Instant::now();
-    loop {
-        if n == WARM_UP {
-            start = Instant::now();
-        }
-        if n > WARM_UP && start.elapsed() >= dur {
-            break;
-        }
+    let mut meter = Meter::new(dur);
+    while meter.next() {
         match op {
             Op::Cycle => {
                 let t = c
@@ -128,9 +147,8 @@ async fn ours(c: &Client, op: Op, dur: Duration) -> f64 {
                 );
             }
         }
-        n += 1;
     }
-    let rate = (n - WARM_UP) as f64 / start.elapsed().as_secs_f64();
+    let rate = meter.rate();
     if let Some(t) = held {
         c.leases.release(t).await.expect("release");
     }
@@ -150,15 +168,8 @@ async fn baseline(c: &Client, run: &str, dur: Duration) -> f64 {
     );
     let mut conn = c.conn.clone();
     let mut value = 0u64;
-    let mut n = 0u64;
-    let mut start = Instant::now();
-    loop {
-        if n == WARM_UP {
-            start = Instant::now();
-        }
-        if n > WARM_UP && start.elapsed() >= dur {
-            break;
-        }
+    let mut meter = Meter::new(dur);
+    while meter.next() {
         let swapped: i64 = script
             .key(&key)
             .arg(value)
@@ -168,9 +179,8 @@ async fn baseline(c: &Client, run: &str, dur: Duration) -> f64 {
             .expect("baseline script");
         assert_eq!(swapped, 1, "the baseline's compare-and-set must succeed");
         value += 1;
-        n += 1;
     }
-    (n - WARM_UP) as f64 / start.elapsed().as_secs_f64()
+    meter.rate()
 }
 
 /// Runs `f` on every client at once; returns the sum of their ops/s.
@@ -189,7 +199,7 @@ where
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let dur = seconds();
+    let dur = common::seconds();
     let base = server_url();
     let prefix = format!("worklease-bench:{:016x}:", rand::random::<u64>());
     let url = format!(

@@ -277,14 +277,7 @@ impl Leases {
                 let e = Error::Cancelled {
                     work_id: work_id.to_string(),
                 };
-                self.inner.observer.on_acquire(&AcquireEvent {
-                    work_id: &work_id,
-                    token: None,
-                    error: Some(&e),
-                    attempts,
-                    duration: Duration::ZERO,
-                });
-                return Err(e);
+                return Err(self.acquire_failed(&work_id, attempts, Duration::ZERO, e));
             }
             // Subscribe before trying, so a release between our attempt and
             // our sleep still wakes us.
@@ -320,14 +313,7 @@ impl Leases {
                             work_id: work_id.to_string(),
                             fencing_token: grant.fencing_token,
                         };
-                        self.inner.observer.on_acquire(&AcquireEvent {
-                            work_id: &work_id,
-                            token: None,
-                            error: Some(&e),
-                            attempts,
-                            duration,
-                        });
-                        return Err(e);
+                        return Err(self.acquire_failed(&work_id, attempts, duration, e));
                     }
                     Some(Duration::ZERO)
                 }
@@ -351,16 +337,7 @@ impl Leases {
                     return Ok(token);
                 }
                 Err(Error::Held { expires_in, .. }) if options.wait => expires_in,
-                Err(e) => {
-                    self.inner.observer.on_acquire(&AcquireEvent {
-                        work_id: &work_id,
-                        token: None,
-                        error: Some(&e),
-                        attempts,
-                        duration,
-                    });
-                    return Err(e);
-                }
+                Err(e) => return Err(self.acquire_failed(&work_id, attempts, duration, e)),
             };
             // Sleep until the next poll, or just past the holder's expiry if
             // that comes first; a jitter of up to 10% spreads many waiters.
@@ -369,16 +346,7 @@ impl Leases {
                 nap = nap.min(left + Duration::from_millis(1));
             }
             nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
-            let give_up = |e: Error| {
-                self.inner.observer.on_acquire(&AcquireEvent {
-                    work_id: &work_id,
-                    token: None,
-                    error: Some(&e),
-                    attempts,
-                    duration,
-                });
-                Err(e)
-            };
+            let give_up = |e: Error| Err(self.acquire_failed(&work_id, attempts, duration, e));
             tokio::select! {
                 _ = tokio::time::sleep(nap) => {}
                 _ = async { match watch { Some(w) => w.await, None => std::future::pending().await } } => {}
@@ -393,6 +361,26 @@ impl Leases {
                 }
             }
         }
+    }
+
+    /// Tells the observer that the acquisition of `work_id` failed with
+    /// `error` after `attempts` store calls (the last took `duration`);
+    /// returns the error.
+    fn acquire_failed(
+        &self,
+        work_id: &WorkId,
+        attempts: u32,
+        duration: Duration,
+        error: Error,
+    ) -> Error {
+        self.inner.observer.on_acquire(&AcquireEvent {
+            work_id,
+            token: None,
+            error: Some(&error),
+            attempts,
+            duration,
+        });
+        error
     }
 
     pub(crate) fn deadline_from(&self, sent: Instant) -> Instant {
@@ -412,12 +400,8 @@ impl Leases {
 
     fn fenced(&self, token: &Token, operation: Operation, error: &Error) {
         if matches!(error, Error::Fenced { .. }) {
-            let label = match operation {
-                Operation::Renew => "renew",
-                Operation::Checkpoint => "checkpoint",
-                Operation::Release => "release",
-            };
-            metrics::counter!(m::FENCED_TOTAL, "operation" => label).increment(1);
+            metrics::counter!(m::FENCED_TOTAL, "operation" => operation_label(operation))
+                .increment(1);
             self.inner.observer.on_fenced(&FencedEvent {
                 token,
                 operation,
@@ -480,6 +464,30 @@ impl Leases {
         }
     }
 
+    /// The end of a store call on `token` sent at `sent` (renew,
+    /// checkpoint, release): records its duration, tells the observer
+    /// through `notify(error, duration)`, and reports a fencing.
+    fn after_call<T>(
+        &self,
+        token: &Token,
+        operation: Operation,
+        sent: Instant,
+        result: &Result<T>,
+        notify: impl FnOnce(Option<&Error>, Duration),
+    ) {
+        let duration = sent.elapsed();
+        m::store_call(
+            self.inner.store.kind(),
+            operation_label(operation),
+            duration,
+        );
+        let error = result.as_ref().err();
+        notify(error, duration);
+        if let Some(e) = error {
+            self.fenced(token, operation, e);
+        }
+    }
+
     async fn renew_inner(&self, token: &Token, attempt: u32) -> Result<Token> {
         self.check_token(token)?;
         let sent = Instant::now();
@@ -488,20 +496,15 @@ impl Leases {
             .store
             .renew(lease_ref(token), self.inner.ttl)
             .await;
-        let duration = sent.elapsed();
-        m::store_call(self.inner.store.kind(), "renew", duration);
-        let error = result.as_ref().err();
-        self.inner.observer.on_renew(&RenewEvent {
-            token,
-            error,
-            attempt,
-            duration,
+        self.after_call(token, Operation::Renew, sent, &result, |error, duration| {
+            self.inner.observer.on_renew(&RenewEvent {
+                token,
+                error,
+                attempt,
+                duration,
+            });
         });
-        if let Some(e) = error {
-            self.fenced(token, Operation::Renew, e);
-        }
-        let expires_at = result?;
-        Ok(self.extended(token, sent, expires_at))
+        Ok(self.extended(token, sent, result?))
     }
 
     fn extended(&self, token: &Token, sent: Instant, expires_at: std::time::SystemTime) -> Token {
@@ -557,20 +560,21 @@ impl Leases {
             .store
             .checkpoint(lease_ref(token), self.inner.ttl, data)
             .await;
-        let duration = sent.elapsed();
-        m::store_call(self.inner.store.kind(), "checkpoint", duration);
-        let error = result.as_ref().err();
-        self.inner.observer.on_checkpoint(&CheckpointEvent {
+        self.after_call(
             token,
-            size,
-            error,
-            duration,
-        });
-        if let Some(e) = error {
-            self.fenced(token, Operation::Checkpoint, e);
-        }
-        let expires_at = result?;
-        Ok(self.extended(token, sent, expires_at))
+            Operation::Checkpoint,
+            sent,
+            &result,
+            |error, duration| {
+                self.inner.observer.on_checkpoint(&CheckpointEvent {
+                    token,
+                    size,
+                    error,
+                    duration,
+                });
+            },
+        );
+        Ok(self.extended(token, sent, result?))
     }
 
     /// The last acknowledged checkpoint of the work ID and the hand-off facts
@@ -636,17 +640,20 @@ impl Leases {
         self.check_token(&token)?;
         let sent = Instant::now();
         let result = self.inner.store.release(lease_ref(&token)).await;
-        let duration = sent.elapsed();
-        m::store_call(self.inner.store.kind(), "release", duration);
-        let error = result.as_ref().err();
-        self.inner.observer.on_release(&ReleaseEvent {
-            token: &token,
-            error,
-            duration,
-        });
-        if let Some(e) = error {
-            self.fenced(&token, Operation::Release, e);
-        } else {
+        self.after_call(
+            &token,
+            Operation::Release,
+            sent,
+            &result,
+            |error, duration| {
+                self.inner.observer.on_release(&ReleaseEvent {
+                    token: &token,
+                    error,
+                    duration,
+                });
+            },
+        );
+        if result.is_ok() {
             tracing::debug!(work_id = %token.work_id, fencing_token = token.fencing_token, "lease released");
         }
         result
@@ -671,6 +678,15 @@ enum SpanOp {
     Checkpoint,
     ReadCheckpoint,
     Release,
+}
+
+/// The name of `operation` in metrics (`operation` label, store call).
+fn operation_label(operation: Operation) -> &'static str {
+    match operation {
+        Operation::Renew => "renew",
+        Operation::Checkpoint => "checkpoint",
+        Operation::Release => "release",
+    }
 }
 
 pub(crate) fn lease_ref(token: &Token) -> LeaseRef<'_> {

@@ -781,6 +781,16 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, idx: usize) -> R
         .map_err(|e| StoreError::with_source(KIND, format!("cannot read column {idx}"), e).into())
 }
 
+/// `ttl` in whole milliseconds (rounded up), as the statements take it.
+fn ttl_millis(ttl: Duration) -> Result<i64> {
+    i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
+        Error::from(InvalidInput::TtlTooLong {
+            ttl,
+            max: crate::limits::MAX_TTL,
+        })
+    })
+}
+
 fn token_u64(v: i64) -> Result<u64> {
     u64::try_from(v).map_err(|_| corrupt("negative fencing token"))
 }
@@ -1340,12 +1350,7 @@ impl LeaseStore for PostgresStore {
         holder_id: &HolderId,
         ttl: Duration,
     ) -> Result<Grant> {
-        let ttl_ms = i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
-            Error::from(InvalidInput::TtlTooLong {
-                ttl,
-                max: crate::limits::MAX_TTL,
-            })
-        })?;
+        let ttl_ms = ttl_millis(ttl)?;
         // A first insertion racing another one can leave the statement with
         // no row to report (the winner's row is not in its snapshot): the
         // statement changed nothing then, and is run again.
@@ -1402,12 +1407,7 @@ impl LeaseStore for PostgresStore {
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        let ttl_ms = i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
-            Error::from(InvalidInput::TtlTooLong {
-                ttl,
-                max: crate::limits::MAX_TTL,
-            })
-        })?;
+        let ttl_ms = ttl_millis(ttl)?;
         self.update_current(&self.sql.renew, lease, &[&ttl_ms], "cannot renew")
             .await?;
         Ok(SystemTime::now() + ttl)
@@ -1419,12 +1419,7 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        let ttl_ms = i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
-            Error::from(InvalidInput::TtlTooLong {
-                ttl,
-                max: crate::limits::MAX_TTL,
-            })
-        })?;
+        let ttl_ms = ttl_millis(ttl)?;
         let data: &[u8] = &data;
         self.update_current(
             &self.sql.checkpoint,

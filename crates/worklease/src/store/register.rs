@@ -343,14 +343,20 @@ impl<R: Register> RegisterStore<R> {
         .into()
     }
 
-    fn seen(&self) -> Result<MutexGuard<'_, HashMap<WorkId, Observation>>> {
-        self.seen.lock().map_err(|_| {
+    /// Locks `mutex`; a lock an earlier panic poisoned fails the call with
+    /// a store error naming it (`what`).
+    fn locked<'a, T>(&self, mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
+        mutex.lock().map_err(|_| {
             StoreError::new(
                 self.register.kind(),
-                "observation lock poisoned by an earlier panic",
+                format!("{what} lock poisoned by an earlier panic"),
             )
             .into()
         })
+    }
+
+    fn seen(&self) -> Result<MutexGuard<'_, HashMap<WorkId, Observation>>> {
+        self.locked(&self.seen, "observation")
     }
 
     /// The number of a call about to be sent.
@@ -503,13 +509,7 @@ impl<R: Register> RegisterStore<R> {
     }
 
     fn own(&self) -> Result<MutexGuard<'_, HashMap<WorkId, OwnWrite>>> {
-        self.own.lock().map_err(|_| {
-            StoreError::new(
-                self.register.kind(),
-                "own-writes lock poisoned by an earlier panic",
-            )
-            .into()
-        })
+        self.locked(&self.own, "own-writes")
     }
 
     /// Whether `lease` counts as unexpired for an operation of its holder:
