@@ -68,6 +68,7 @@ mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod observe;
+pub mod pool;
 mod renewal;
 pub mod runner;
 #[cfg(feature = "testkit")]

@@ -1,0 +1,635 @@
+//! A work pool: one process covers its share of a fixed set of work IDs,
+//! one slot per work ID it holds, and balances itself against the other
+//! pools of the same name (Go: `worker.Pool`, which leaves the split to
+//! acquisition races; this one balances).
+//!
+//! Each slot runs the caller's work function under [`Runner::run`], so a
+//! slot's lease has the runner's whole lifecycle (renewal, lost signal,
+//! final checkpoint, release). How a slot ends:
+//!
+//! | the slot… | the pool… | observer event |
+//! |---|---|---|
+//! | was acquired | runs the work function | [`PoolObserver::on_slot_acquired`] |
+//! | lost its lease (`Fenced`, `Expired`, `WindowExhausted`) | tries to reacquire at once, if its share allows | [`PoolObserver::on_slot_lost`] |
+//! | failed transiently ([`Error::Store`], [`SlotError::Transient`]) | retries after [`PoolOptions::backoff`] | [`PoolObserver::on_slot_backoff`] |
+//! | failed permanently ([`SlotError::Permanent`], a panic, bad input) | never takes the work ID again | [`PoolObserver::on_slot_dead`] |
+//! | was surplus to the pool's share | fires the work's stop signal; the runner writes its final state and releases (a clean hand-off) | [`PoolObserver::on_slot_released`] |
+//! | returned `Ok` unasked | lets the lease go (released by the runner); the work ID is free again at the next round | — |
+//!
+//! When every work ID is dead for this pool, [`Pool::run`] returns
+//! [`PoolError::AllSlotsDead`].
+//!
+//! ## Balance
+//!
+//! Pools find each other through the store: each holds a membership lease
+//! on `<name>/members/<holder ID>` (renewed in the background), and the
+//! live members are the unexpired leases under `<name>/members/`. Once per
+//! round (every renewal interval, TTL/3 by default) a pool lists the
+//! store's leases, sorts the live members by holder ID and takes its quota:
+//! with `W` work IDs and `n` members, the first `W mod n` members take
+//! `ceil(W / n)`, the others `floor(W / n)`; the quotas add up to `W`. A
+//! pool above its quota stops its surplus slots (cleanly, as above); a pool
+//! below it tries work IDs that are free by the listing.
+//!
+//! Convergence, with `I` the round interval: after a pool joins (its
+//! membership written at `t`), every other pool sees it by `t + I` and
+//! stops its surplus; the newcomer picks the released work IDs up at its
+//! next round, so all pools hold their quotas by `t + 2I` plus the time the
+//! work functions take to stop. After a pool dies, its leases (membership
+//! included) expire within the TTL; the others see the smaller membership
+//! and take the free work IDs at their next round: all work IDs are covered
+//! by death `+ TTL + 2I`. Mutual exclusion never depends on the balance: it
+//! is the lease's (S1).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, InvalidInput, Result};
+use crate::lease::{AcquireOptions, Leases};
+use crate::limits::WorkId;
+use crate::renewal::{Renewal, RenewalOptions};
+use crate::runner::{RunContext, RunError, Runner, DEFAULT_FINISH_TIMEOUT};
+
+/// The default of [`PoolOptions::backoff`]: 1 s.
+pub const DEFAULT_SLOT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The boxed error a work function gives with a [`SlotError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a pool's work function failed, which decides what becomes of its
+/// slot.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// Worth retrying: the slot is released and retried after the pool's
+    /// back-off.
+    #[error("transient: {0}")]
+    Transient(#[source] BoxError),
+    /// Not worth retrying: the slot is released and its work ID dropped by
+    /// this pool.
+    #[error("permanent: {0}")]
+    Permanent(#[source] BoxError),
+}
+
+/// Why [`Pool::run`] ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// Every work ID's slot was dropped after a permanent error.
+    #[error("all {count} slots of pool {pool:?} are dead")]
+    AllSlotsDead {
+        /// The pool's name.
+        pool: String,
+        /// How many work IDs the pool covered.
+        count: usize,
+    },
+    /// The pool could not start (for example [`Error::Invalid`]).
+    #[error(transparent)]
+    Lease(#[from] Error),
+}
+
+/// Events of a pool's slots; every method has a no-op default.
+pub trait PoolObserver: Send + Sync {
+    /// The slot of `work_id` was acquired with `fencing_token`; its work
+    /// function runs.
+    fn on_slot_acquired(&self, _work_id: &str, _fencing_token: u64) {}
+    /// The slot's lease was lost while the work ran (`Fenced`, `Expired`,
+    /// `WindowExhausted`).
+    fn on_slot_lost(&self, _work_id: &str, _error: &Error) {}
+    /// The slot failed transiently and is retried after `retry_in`.
+    fn on_slot_backoff(&self, _work_id: &str, _error: &str, _retry_in: Duration) {}
+    /// The slot failed permanently: this pool does not take `work_id`
+    /// again.
+    fn on_slot_dead(&self, _work_id: &str, _error: &str) {}
+    /// The slot was surplus to the pool's share and was handed off (final
+    /// checkpoint written, lease released).
+    fn on_slot_released(&self, _work_id: &str) {}
+}
+
+/// A [`PoolObserver`] that does nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopPoolObserver;
+
+impl PoolObserver for NoopPoolObserver {}
+
+/// Settings of a [`Pool`].
+#[derive(Clone)]
+pub struct PoolOptions {
+    name: String,
+    work_ids: Vec<String>,
+    acquire: AcquireOptions,
+    renewal: RenewalOptions,
+    backoff: Duration,
+    finish_timeout: Duration,
+    observer: Arc<dyn PoolObserver>,
+}
+
+impl std::fmt::Debug for PoolOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolOptions")
+            .field("name", &self.name)
+            .field("work_ids", &self.work_ids)
+            .field("acquire", &self.acquire)
+            .field("renewal", &self.renewal)
+            .field("backoff", &self.backoff)
+            .field("finish_timeout", &self.finish_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolOptions {
+    /// A pool named `name` (pools of one name balance against each other)
+    /// over `work_ids`. Defaults: fail-fast acquisition,
+    /// [`RenewalOptions::new`], back-off [`DEFAULT_SLOT_BACKOFF`], finish
+    /// timeout [`DEFAULT_FINISH_TIMEOUT`], [`NoopPoolObserver`].
+    pub fn new<I, S>(name: impl Into<String>, work_ids: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            name: name.into(),
+            work_ids: work_ids.into_iter().map(Into::into).collect(),
+            acquire: AcquireOptions::new(),
+            renewal: RenewalOptions::new(),
+            backoff: DEFAULT_SLOT_BACKOFF,
+            finish_timeout: DEFAULT_FINISH_TIMEOUT,
+            observer: Arc::new(NoopPoolObserver),
+        }
+    }
+
+    /// Acquisition options of each slot. Waiting
+    /// ([`AcquireOptions::wait_for_lease`]) is refused by [`Pool::new`]: a
+    /// pool tries free work IDs every round instead of blocking a slot.
+    pub fn acquire_options(mut self, options: AcquireOptions) -> Self {
+        self.acquire = options;
+        self
+    }
+
+    /// Renewal options of each slot and of the membership lease; their
+    /// interval is also the pool's round interval.
+    pub fn renewal_options(mut self, options: RenewalOptions) -> Self {
+        self.renewal = options;
+        self
+    }
+
+    /// How long a slot waits after a transient error; at least 1 ms.
+    pub fn backoff(mut self, backoff: Duration) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How long each slot's final checkpoint and release may take (see
+    /// [`Runner::finish_timeout`]).
+    pub fn finish_timeout(mut self, timeout: Duration) -> Self {
+        self.finish_timeout = timeout;
+        self
+    }
+
+    /// The observer of slot events.
+    pub fn observer(mut self, observer: Arc<dyn PoolObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+}
+
+/// A process's share of a fixed set of work IDs; see the [module
+/// docs](self). Cheap to clone; clones share [`Pool::active_slots`].
+#[derive(Clone)]
+pub struct Pool {
+    leases: Leases,
+    options: PoolOptions,
+    work_ids: Vec<WorkId>,
+    member_prefix: String,
+    interval: Duration,
+    active: Arc<Mutex<BTreeSet<String>>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("leases", &self.leases)
+            .field("options", &self.options)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one slot's task.
+enum SlotOutcome {
+    /// Somebody else holds it (not an event).
+    Held,
+    /// The work returned `Ok` (released by the runner).
+    Done,
+    Lost(Error),
+    Transient(String),
+    Dead(String),
+}
+
+enum Slot {
+    /// A task tries or holds the lease; `stopping` once asked to hand off.
+    Running {
+        stop: CancellationToken,
+        stopping: bool,
+    },
+    Backoff(Instant),
+    Dead,
+}
+
+impl Pool {
+    /// A pool on `leases` (whose holder ID names this member).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when the options ask for a waiting acquisition,
+    /// the work ID list is empty, has duplicates or a bad work ID, a work
+    /// ID lies under the membership prefix `<name>/members/`, the name
+    /// makes a bad work ID, the back-off or finish timeout is under 1 ms,
+    /// or the renewal options do not fit the TTL.
+    pub fn new(leases: Leases, options: PoolOptions) -> Result<Self> {
+        let bad = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
+        if options.acquire.waits() {
+            return bad(
+                "a pool does not wait for leases: remove wait_for_lease from its acquire options (the pool retries free work IDs every round)".into(),
+            );
+        }
+        if options.work_ids.is_empty() {
+            return bad(format!("pool {:?} has no work IDs", options.name));
+        }
+        if options.backoff < Duration::from_millis(1) {
+            return bad(format!(
+                "pool back-off {:?} must be at least 1ms",
+                options.backoff
+            ));
+        }
+        if options.finish_timeout < Duration::from_millis(1) {
+            return bad(format!(
+                "finish timeout {:?} must be at least 1ms",
+                options.finish_timeout
+            ));
+        }
+        let interval = options.renewal.check(&leases)?;
+        let member_prefix = format!("{}/members/", options.name);
+        // The membership work ID must itself be valid.
+        WorkId::new(format!("{member_prefix}{}", leases.holder_id()))?;
+        let mut seen = HashSet::new();
+        let mut work_ids = Vec::with_capacity(options.work_ids.len());
+        for w in &options.work_ids {
+            let id = WorkId::new(w.as_str())?;
+            if w.starts_with(&member_prefix) {
+                return bad(format!(
+                    "work ID {w:?} lies under the pool's membership prefix {member_prefix:?}"
+                ));
+            }
+            if !seen.insert(w.clone()) {
+                return bad(format!("work ID {w:?} is listed twice"));
+            }
+            work_ids.push(id);
+        }
+        Ok(Self {
+            leases,
+            options,
+            work_ids,
+            member_prefix,
+            interval,
+            active: Arc::new(Mutex::new(BTreeSet::new())),
+        })
+    }
+
+    /// The work IDs whose work functions run now (acquired, not yet
+    /// ended), sorted.
+    pub fn active_slots(&self) -> Vec<String> {
+        match self.active.lock() {
+            Ok(a) => a.iter().cloned().collect(),
+            Err(p) => p.into_inner().iter().cloned().collect(),
+        }
+    }
+
+    /// The interval of the pool's rounds (the renewal interval).
+    pub fn round_interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// This pool's membership work ID: `<name>/members/<holder ID>`.
+    pub fn member_work_id(&self) -> String {
+        format!("{}{}", self.member_prefix, self.leases.holder_id())
+    }
+
+    fn set_active(&self, work_id: &str, on: bool) {
+        let mut a = match self.active.lock() {
+            Ok(a) => a,
+            Err(p) => p.into_inner(),
+        };
+        if on {
+            a.insert(work_id.to_string());
+        } else {
+            a.remove(work_id);
+        }
+    }
+
+    /// Runs the pool until `shutdown` fires (then every slot's work gets
+    /// its stop signal, its final state is checkpointed and its lease and
+    /// the membership released) or every slot is dead. `work` runs once per
+    /// acquired slot, with the runner's [`RunContext`]: it should return
+    /// its state when [`RunContext::cancelled`] fires.
+    ///
+    /// Shutdown waits for every work function to return: a work function
+    /// that ignores its signal holds the shutdown up. Run one pool (and
+    /// one clone of it) at a time per holder ID: a second would find the
+    /// membership and the slots held by the same holder.
+    ///
+    /// Dropping the future stops the pool too: slots are released on
+    /// spawned tasks as by [`Runner::run`] (without a final checkpoint);
+    /// the membership lease expires.
+    ///
+    /// # Errors
+    /// [`PoolError::AllSlotsDead`] when every work ID's slot was dropped.
+    pub async fn run<F, Fut>(
+        &self,
+        shutdown: CancellationToken,
+        work: F,
+    ) -> std::result::Result<(), PoolError>
+    where
+        F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Bytes>, SlotError>> + Send + 'static,
+    {
+        let work = Arc::new(work);
+        let runner = Runner::new(self.leases.clone())
+            .acquire_options(self.options.acquire.clone())
+            .renewal_options(self.options.renewal.clone())
+            .finish_timeout(self.options.finish_timeout);
+        let mut slots: HashMap<String, Slot> = HashMap::new();
+        let mut tasks: JoinSet<(String, SlotOutcome)> = JoinSet::new();
+        let mut membership: Option<Renewal> = None;
+        let mut next_round = Instant::now();
+        let result = loop {
+            if self.all_dead(&slots) {
+                break Err(PoolError::AllSlotsDead {
+                    pool: self.options.name.clone(),
+                    count: self.work_ids.len(),
+                });
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break Ok(()),
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    let (work_id, outcome) = match joined {
+                        Ok(r) => r,
+                        Err(e) => {
+                            // Slot tasks catch the work's panics and are
+                            // never aborted while the pool runs.
+                            tracing::warn!(error = %e, "a pool slot task failed");
+                            continue;
+                        }
+                    };
+                    if self.slot_ended(&mut slots, &work_id, outcome) {
+                        // Lost: reacquire at once if the share allows.
+                        next_round = Instant::now();
+                    }
+                }
+                _ = tokio::time::sleep_until(next_round) => {
+                    next_round = Instant::now() + self.interval;
+                    membership = self.keep_membership(membership).await;
+                    self.round(&mut slots, &mut tasks, &runner, &work).await;
+                }
+            }
+        };
+        // Stop every slot cleanly and wait for the hand-offs.
+        for slot in slots.values_mut() {
+            if let Slot::Running { stop, stopping } = slot {
+                stop.cancel();
+                *stopping = true;
+            }
+        }
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok((work_id, outcome)) = joined {
+                self.slot_ended(&mut slots, &work_id, outcome);
+            }
+        }
+        if let Some(m) = membership {
+            if let Ok(token) = m.stop().await {
+                if let Err(e) = self.leases.release(token).await {
+                    tracing::debug!(error = %e, "could not release the pool membership");
+                }
+            }
+        }
+        result
+    }
+
+    fn all_dead(&self, slots: &HashMap<String, Slot>) -> bool {
+        self.work_ids
+            .iter()
+            .all(|w| matches!(slots.get(w.as_str()), Some(Slot::Dead)))
+    }
+
+    /// Records a slot's end; true when it was lost (reacquire at once).
+    fn slot_ended(
+        &self,
+        slots: &mut HashMap<String, Slot>,
+        work_id: &str,
+        outcome: SlotOutcome,
+    ) -> bool {
+        self.set_active(work_id, false);
+        let stopping = matches!(
+            slots.get(work_id),
+            Some(Slot::Running { stopping: true, .. })
+        );
+        let observer = &self.options.observer;
+        match outcome {
+            SlotOutcome::Held => {
+                slots.remove(work_id);
+                false
+            }
+            SlotOutcome::Done => {
+                if stopping {
+                    observer.on_slot_released(work_id);
+                }
+                slots.remove(work_id);
+                false
+            }
+            SlotOutcome::Lost(e) => {
+                observer.on_slot_lost(work_id, &e);
+                slots.remove(work_id);
+                true
+            }
+            SlotOutcome::Transient(e) => {
+                observer.on_slot_backoff(work_id, &e, self.options.backoff);
+                slots.insert(
+                    work_id.to_string(),
+                    Slot::Backoff(Instant::now() + self.options.backoff),
+                );
+                false
+            }
+            SlotOutcome::Dead(e) => {
+                observer.on_slot_dead(work_id, &e);
+                slots.insert(work_id.to_string(), Slot::Dead);
+                false
+            }
+        }
+    }
+
+    /// Keeps the membership lease: (re)acquires it when it is missing or
+    /// lost.
+    async fn keep_membership(&self, membership: Option<Renewal>) -> Option<Renewal> {
+        if let Some(m) = membership {
+            if m.lost_cause().is_none() {
+                return Some(m);
+            }
+        }
+        let id = self.member_work_id();
+        match self.leases.acquire(&id, AcquireOptions::new()).await {
+            Ok(token) => match self
+                .leases
+                .start_renewal(token, self.options.renewal.clone())
+            {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not renew the pool membership");
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, member = %id, "could not acquire the pool membership");
+                None
+            }
+        }
+    }
+
+    /// One balancing round: list the store, compute the quota, stop the
+    /// surplus or start slots on free work IDs.
+    async fn round<F, Fut>(
+        &self,
+        slots: &mut HashMap<String, Slot>,
+        tasks: &mut JoinSet<(String, SlotOutcome)>,
+        runner: &Runner,
+        work: &Arc<F>,
+    ) where
+        F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Bytes>, SlotError>> + Send + 'static,
+    {
+        let infos = match self.leases.store().inspect(&[]).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "pool round: could not list the store");
+                return;
+            }
+        };
+        let me = self.leases.holder_id().to_string();
+        let mut members: Vec<String> = infos
+            .iter()
+            .filter(|i| !i.expired)
+            .filter_map(|i| i.work_id.as_str().strip_prefix(&self.member_prefix))
+            .map(str::to_string)
+            .collect();
+        if !members.contains(&me) {
+            members.push(me.clone());
+        }
+        members.sort();
+        members.dedup();
+        let n = members.len();
+        let rank = members.iter().position(|m| *m == me).unwrap_or(0);
+        let w = self.work_ids.len();
+        let quota = w / n + usize::from(rank < w % n);
+
+        // Drop finished back-offs.
+        let now = Instant::now();
+        slots.retain(|_, s| !matches!(s, Slot::Backoff(t) if *t <= now));
+
+        let mut held: Vec<String> = slots
+            .iter()
+            .filter(|(_, s)| {
+                matches!(
+                    s,
+                    Slot::Running {
+                        stopping: false,
+                        ..
+                    }
+                )
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if held.len() > quota {
+            held.sort();
+            for id in held.iter().skip(quota) {
+                if let Some(Slot::Running { stop, stopping }) = slots.get_mut(id) {
+                    stop.cancel();
+                    *stopping = true;
+                }
+            }
+            return;
+        }
+        let live_elsewhere: HashSet<&str> = infos
+            .iter()
+            .filter(|i| !i.expired && i.holder_id != me)
+            .map(|i| i.work_id.as_str())
+            .collect();
+        let mut room = quota - held.len();
+        // Each member scans from its own offset, so members that look at
+        // once do not all race for the same free work IDs.
+        let start = rank * w / n;
+        for i in 0..w {
+            if room == 0 {
+                break;
+            }
+            let Some(id) = self.work_ids.get((start + i) % w) else {
+                break;
+            };
+            let id = id.as_str();
+            if slots.contains_key(id) || live_elsewhere.contains(id) {
+                continue;
+            }
+            room -= 1;
+            let stop = CancellationToken::new();
+            slots.insert(
+                id.to_string(),
+                Slot::Running {
+                    stop: stop.clone(),
+                    stopping: false,
+                },
+            );
+            let runner = runner.clone().cancel_on(stop);
+            let work = work.clone();
+            let pool = self.clone();
+            let work_id = id.to_string();
+            tasks.spawn(async move {
+                let outcome = pool.run_slot(&runner, &work_id, work).await;
+                (work_id, outcome)
+            });
+        }
+    }
+
+    async fn run_slot<F, Fut>(&self, runner: &Runner, work_id: &str, work: Arc<F>) -> SlotOutcome
+    where
+        F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Option<Bytes>, SlotError>> + Send + 'static,
+    {
+        let pool = self.clone();
+        let id = work_id.to_string();
+        let run = runner.run(work_id, move |ctx| {
+            pool.set_active(&id, true);
+            pool.options
+                .observer
+                .on_slot_acquired(&id, ctx.fencing_token());
+            work(ctx)
+        });
+        // A panic of the work is caught here so the slot can be counted
+        // dead (the runner has stopped renewing; the lease expires).
+        let result =
+            match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await {
+                Ok(r) => r,
+                Err(_) => return SlotOutcome::Dead("the work function panicked".into()),
+            };
+        match result {
+            Ok(()) => SlotOutcome::Done,
+            Err(RunError::Lease(Error::Held { .. })) => SlotOutcome::Held,
+            Err(RunError::Lease(e)) if e.is_lease_lost() => SlotOutcome::Lost(e),
+            Err(RunError::Lease(e)) if e.is_transient() => SlotOutcome::Transient(e.to_string()),
+            Err(RunError::Lease(e)) => SlotOutcome::Dead(e.to_string()),
+            Err(RunError::Work(SlotError::Transient(e))) => SlotOutcome::Transient(e.to_string()),
+            Err(RunError::Work(SlotError::Permanent(e))) => SlotOutcome::Dead(e.to_string()),
+        }
+    }
+}
