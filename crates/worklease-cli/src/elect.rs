@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use worklease::election::Elector;
 
 use crate::exit::{self, Failure};
+use crate::progress::Progress;
 use crate::run::{
     cannot_run, check_lease_args, default_holder, say_lost, spawn, supervise, Signals,
 };
@@ -36,6 +37,8 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     let (child_url, store) = args.store.open()?;
     args.metrics.serve()?;
+    // On a terminal: who leads, refreshed while campaigning.
+    let progress = Progress::start(store.clone(), &args.election);
     let elector = Elector::builder(store, args.election.as_str(), holder)
         .ttl(args.ttl)
         .poll_interval(args.poll)
@@ -49,7 +52,9 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         let (signals, leading) = (signals.clone(), leading.clone());
         let command = &args.command;
         let child_url = child_url.clone();
+        let progress = &progress;
         async move {
+            progress.stop();
             leading.cancel();
             let mut signals = signals.lock().await;
             let token = l.token();
@@ -71,6 +76,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     };
     match interrupted {
         Some(sig) => {
+            progress.stop();
             eprintln!(
                 "worklease: {sig} while campaigning for {:?}: gave up",
                 args.election.as_str()

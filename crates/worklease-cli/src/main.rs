@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace TTL/4] WORK_ID -- CMD [ARGS...]
-//! worklease status [--store URL] [--json] [WORK_ID...]
+//! worklease status [--store URL] [--json] [--watch] [WORK_ID...]
 //! worklease checkpoint set [--token T] [--store URL] [DATA]
 //! worklease checkpoint get [--token T] [--store URL] [--json]
 //! worklease release --force [--store URL] WORK_ID
@@ -70,6 +70,7 @@ mod checkpoint;
 mod demo;
 mod elect;
 mod exit;
+mod progress;
 mod release;
 mod run;
 mod status;
@@ -203,12 +204,18 @@ expired or revoked) and previous_holder (null on the first acquisition, else
 
 status never creates a store: a SQLite file that does not exist is an error.
 
+--watch redraws every second until SIGINT (Ctrl-C) or SIGTERM, then exits 0:
+on a terminal the screen is cleared before each table; otherwise a blank line
+separates the tables. With --json, one batch of JSON lines per second. A work
+ID named but unknown is left out while watching (it may appear later).
+
 Exit status: 0; 1 when a named work ID is unknown; 64 usage error; 69 store
 failure (also: no store at the path).
 
 Examples:
   worklease status
   worklease status nightly-report shard-7
+  worklease status --watch
   worklease status --json | jq 'select(.expired | not) | .work_id'
 ";
 
@@ -512,6 +519,10 @@ pub struct StatusArgs {
     /// One JSON object per lease per line (JSON Lines).
     #[arg(long)]
     json: bool,
+
+    /// Redraw every second until SIGINT (Ctrl-C) or SIGTERM, then exit 0.
+    #[arg(long)]
+    watch: bool,
 
     /// The work IDs to show [default: all].
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]

@@ -34,9 +34,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use worklease::election::Leadership;
 use worklease::store::memory::MemoryStore;
-use worklease::{AcquireOptions, Config, Error, Leases, Renewal, RenewalOptions, Token};
+use worklease::{
+    AcquireOptions, Config, Error, LeaseStore, Leases, Renewal, RenewalOptions, Token,
+};
 
 use crate::exit::{self, Failure};
+use crate::progress::Progress;
 use crate::RunArgs;
 
 /// The signals forwarded to the child's process group.
@@ -79,12 +82,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
              and the child's `worklease checkpoint` cannot reach it"
         );
     }
-    let leases = Leases::new(store, Config::new(holder, args.ttl))?;
+    let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
     // Catch signals from now on: a signal while waiting ends the wait, one
     // before the child starts is forwarded to it as soon as it does.
     let mut signals = Signals::install()?;
 
-    let token = match acquire(&leases, &args, &mut signals).await? {
+    let token = match acquire(&leases, &store, &args, &mut signals).await? {
         Acquired::Token(token) => token,
         Acquired::Interrupted(sig) => {
             eprintln!(
@@ -336,7 +339,7 @@ pub async fn supervise(
                 if killed_at.is_some_and(|at| at.elapsed() >= AFTER_SIGKILL) {
                     tracing::warn!(
                         "processes of the child's process group are still there {} after SIGKILL; giving up on them",
-                        humantime::format_duration(AFTER_SIGKILL)
+                        fmt_secs(AFTER_SIGKILL)
                     );
                     break;
                 }
@@ -386,7 +389,7 @@ pub async fn supervise(
                     eprintln!(
                         "worklease: {}; stopping the child: SIGTERM now, SIGKILL in {}",
                         describe_loss(),
-                        humantime::format_duration(grace),
+                        fmt_secs(grace),
                     );
                     terminate(group);
                     let at = Instant::now() + grace;
@@ -529,6 +532,7 @@ fn only_zombies(_group: Pid) -> bool {
 /// signal arrives.
 async fn acquire(
     leases: &Leases,
+    store: &Arc<dyn LeaseStore>,
     args: &RunArgs,
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
@@ -554,8 +558,10 @@ async fn acquire(
     }
     tracing::info!(
         "{work_id:?} is held by {holder_id:?} ({expiry}); waiting for it (polling every {})",
-        humantime::format_duration(args.poll)
+        fmt_secs(args.poll)
     );
+    // On a terminal: who holds the lease, refreshed; erased when the wait ends.
+    let _progress = Progress::start(store.clone(), &args.work_id);
     let options = AcquireOptions::new()
         .wait_for_lease()
         .poll_interval(args.poll);
@@ -711,12 +717,22 @@ pub fn default_holder() -> String {
     format!("{host}:{}", std::process::id())
 }
 
-/// `4.2s` under a minute, else a humantime duration in whole seconds.
+/// A duration for people, as every message of the CLI writes it: `750ms`
+/// under 0.1s, `4.2s` under a minute, else whole seconds in units (`2m 5s`,
+/// `1h 3m`).
 pub fn fmt_secs(d: Duration) -> String {
-    if d < Duration::from_secs(60) {
-        format!("{:.1}s", d.as_secs_f64())
+    if d < Duration::from_millis(100) {
+        return match d.as_millis() {
+            0 => format!("{}µs", d.as_micros()),
+            ms => format!("{ms}ms"),
+        };
+    }
+    let tenths = (d.as_millis() + 50) / 100;
+    if tenths < 600 {
+        format!("{}.{}s", tenths / 10, tenths % 10)
     } else {
-        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+        let secs = u64::try_from((d.as_millis() + 500) / 1000).unwrap_or(u64::MAX);
+        humantime::format_duration(Duration::from_secs(secs)).to_string()
     }
 }
 
@@ -832,6 +848,18 @@ mod tests {
         // No overflow with an absurd --grace.
         let e = check_lease_args("h", s(15), Some(Duration::MAX)).unwrap_err();
         assert_eq!(e.code, exit::USAGE);
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_secs(Duration::from_micros(750)), "750µs");
+        assert_eq!(fmt_secs(ms(50)), "50ms");
+        assert_eq!(fmt_secs(ms(4200)), "4.2s");
+        assert_eq!(fmt_secs(ms(3750)), "3.8s");
+        assert_eq!(fmt_secs(ms(59_960)), "1m");
+        assert_eq!(fmt_secs(ms(125_400)), "2m 5s");
+        assert_eq!(fmt_secs(Duration::from_secs(3780)), "1h 3m");
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! `worklease status`: the leases in the store, as a table or JSON Lines.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 use worklease::store::url;
-use worklease::{LeaseEnd, LeaseInfo, PreviousHolder};
+use worklease::{LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder, WorkId};
 
 use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
@@ -65,28 +65,20 @@ impl<'a> From<&'a LeaseInfo> for LeaseJson<'a> {
     }
 }
 
+/// How often `status --watch` redraws.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Clears a terminal and moves the cursor home (ANSI).
+const CLEAR_SCREEN: &[u8] = b"\x1b[H\x1b[2J";
+
 /// Runs `worklease status` and returns its exit status.
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     let (store_url, store) = args.store.open_existing()?;
-    let mut leases = store.inspect(&args.work_ids).await?;
-    leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
-
-    let mut out = Vec::new();
-    if args.json {
-        for info in &leases {
-            let line = serde_json::to_string(&LeaseJson::from(info))
-                .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
-            out.extend_from_slice(line.as_bytes());
-            out.push(b'\n');
-        }
-    } else {
-        out.extend_from_slice(format!("store: {}\n", url::redact(&store_url)).as_bytes());
-        if leases.is_empty() {
-            out.extend_from_slice(b"no leases\n");
-        } else {
-            out.extend_from_slice(table(&leases).as_bytes());
-        }
+    if args.watch {
+        return watch(&args, &store_url, store.as_ref()).await;
     }
+    let leases = leases(store.as_ref(), &args.work_ids).await?;
+    let out = render(&leases, &store_url, args.json)?;
     write_stdout(&out)?;
 
     let unknown: Vec<&str> = args
@@ -104,13 +96,95 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     Ok(exit::NOT_FOUND)
 }
 
+/// The leases named (all when none is), sorted by work ID.
+async fn leases(store: &dyn LeaseStore, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>, Failure> {
+    let mut leases = store.inspect(work_ids).await?;
+    leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
+    Ok(leases)
+}
+
+/// The table (after a `store:` line) or the JSON lines.
+fn render(leases: &[LeaseInfo], store_url: &str, json: bool) -> Result<Vec<u8>, Failure> {
+    let mut out = Vec::new();
+    if json {
+        for info in leases {
+            let line = serde_json::to_string(&LeaseJson::from(info))
+                .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+    } else {
+        out.extend_from_slice(format!("store: {}\n", url::redact(store_url)).as_bytes());
+        if leases.is_empty() {
+            out.extend_from_slice(b"no leases\n");
+        } else {
+            out.extend_from_slice(table(leases).as_bytes());
+        }
+    }
+    Ok(out)
+}
+
+/// `status --watch`: redraws every second until SIGINT or SIGTERM (exit
+/// 0) or until the reader of stdout goes away (exit 0). A transient store
+/// failure is said on stderr and retried at the next round.
+async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Result<u8, Failure> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let install = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| {
+            Failure::new(
+                exit::SOFTWARE,
+                format!("cannot install a handler for {name}: {e}"),
+            )
+        })
+    };
+    let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
+    let mut sigterm = install(SignalKind::terminate(), "SIGTERM")?;
+    let terminal = std::io::stdout().is_terminal();
+    let mut ticks = tokio::time::interval(WATCH_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut first = true;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = sigint.recv() => return Ok(0),
+            _ = sigterm.recv() => return Ok(0),
+        }
+        let leases = match leases(store, &args.work_ids).await {
+            Ok(leases) => leases,
+            Err(failure) if failure.code == exit::UNAVAILABLE && !first => {
+                eprintln!("worklease: {} (retrying)", failure.message);
+                continue;
+            }
+            Err(failure) => return Err(failure),
+        };
+        let mut out = Vec::new();
+        if !args.json {
+            if terminal {
+                out.extend_from_slice(CLEAR_SCREEN);
+            } else if !first {
+                out.push(b'\n');
+            }
+        }
+        out.extend(render(&leases, store_url, args.json)?);
+        first = false;
+        if !write_stdout_until_closed(&out)? {
+            return Ok(0);
+        }
+    }
+}
+
 /// Writes `bytes` to stdout. A reader that went away (`| head`) is not an
 /// error; any other write failure is [`exit::IO`].
 pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
+    write_stdout_until_closed(bytes).map(|_| ())
+}
+
+/// As [`write_stdout`]; false when the reader went away.
+fn write_stdout_until_closed(bytes: &[u8]) -> Result<bool, Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(Failure::new(
             exit::IO,
             format!("cannot write to stdout: {e}"),
