@@ -329,10 +329,11 @@ enum Command {
 /// `--metrics-addr`, of `run` and `elect`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct MetricsArg {
-    /// Serve Prometheus metrics (text format, any path) on this address, e.g. 127.0.0.1:9464.
-    /// Any address given is bound, also a non-loopback one: the metrics show work IDs and
-    /// elections, so expose them only where that is fine. See docs/metrics.md.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics (text format, any path) on HOST:PORT, e.g. 127.0.0.1:9464 or
+    /// localhost:9464 (port 0 is refused: nobody could find it). Any address given is bound,
+    /// also a non-loopback one: the metrics show work IDs and elections, so expose them only
+    /// where that is fine. See docs/metrics.md.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
     metrics_addr: Option<std::net::SocketAddr>,
 }
 
@@ -594,6 +595,22 @@ pub struct ReleaseArgs {
     /// The work ID whose lease to end.
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_id: WorkId,
+}
+
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let addr = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{e} (write HOST:PORT, for example 127.0.0.1:9464)"))?
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))?;
+    if addr.port() == 0 {
+        return Err(
+            "port 0 would pick a port nobody can find: name the port, for example 127.0.0.1:9464"
+                .into(),
+        );
+    }
+    Ok(addr)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

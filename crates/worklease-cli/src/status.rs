@@ -142,12 +142,24 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
     let terminal = std::io::stdout().is_terminal();
     let mut ticks = tokio::time::interval(WATCH_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // SQLite keeps reading a file deleted under it: check that it is still
+    // there, or the watch would show a frozen picture.
+    let file = match worklease::store::url::parse(store_url) {
+        Ok(worklease::store::url::StoreSpec::Sqlite(path)) => Some(path),
+        _ => None,
+    };
     let mut first = true;
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             _ = sigint.recv() => return Ok(0),
             _ = sigterm.recv() => return Ok(0),
+        }
+        if let Some(path) = file.as_ref().filter(|p| !p.exists()) {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("the store file {} is gone", path.display()),
+            ));
         }
         let leases = match leases(store, &args.work_ids).await {
             Ok(leases) => leases,

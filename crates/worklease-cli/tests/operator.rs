@@ -332,3 +332,36 @@ fn an_election_campaign_on_a_terminal_shows_the_leader() {
     assert_eq!(standby.exit_code(), Some(0), "{:?}", standby.text());
     assert!(standby.text().ends_with("\r\x1b[K"), "{:?}", standby.text());
 }
+
+#[test]
+fn status_watch_stops_when_its_store_file_is_deleted() {
+    let w = World::new();
+    store_with_a_lease(&w);
+    let mut watch = start_status(&w, &["status", "--watch"]);
+    watch.wait_for("a first table", |t| t.contains("store: "));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(w.path(&format!("leases.db{suffix}")));
+    }
+    // Not a frozen picture: it says so and exits 69.
+    assert_eq!(watch.exit_code(), Some(69));
+}
+
+#[test]
+fn metrics_addresses_take_host_names_and_refuse_port_0() {
+    let w = World::new();
+    let status = w
+        .cmd(&["run", "--metrics-addr", "127.0.0.1:0", "job", "--", "true"])
+        .status()
+        .expect("run worklease");
+    assert_eq!(status.code(), Some(64), "port 0 is refused");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("localhost:{port}");
+    let status = w
+        .cmd(&["run", "--metrics-addr", &addr, "job", "--", "true"])
+        .status()
+        .expect("run worklease");
+    assert_eq!(status.code(), Some(0), "a host name is resolved");
+}

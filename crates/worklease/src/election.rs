@@ -411,6 +411,10 @@ impl Elector {
     }
 
     async fn campaign_inner(&self) -> Result<(Token, Renewal)> {
+        // A candidate reports 0 until it leads, so that "nobody leads" is a
+        // sum of zeros an alert can see, not an absent series.
+        metrics::gauge!(crate::metrics::IS_LEADER, "election" => self.inner.election.to_string())
+            .set(0.0);
         let opts = AcquireOptions::new()
             .wait_for_lease()
             .poll_interval(self.inner.poll_interval);

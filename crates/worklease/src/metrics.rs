@@ -115,7 +115,7 @@ pub fn describe() {
     describe_gauge!(
         IS_LEADER,
         Unit::Count,
-        "1 while this process leads the election, else 0."
+        "1 while this process leads the election, 0 while it campaigns or after it lost."
     );
 }
 
