@@ -656,9 +656,17 @@ fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
         (_, 1, _) => EnvFilter::new("debug"),
         _ => EnvFilter::new("trace"),
     };
+    // With -v, a line when each lease operation's span closes: it carries
+    // the fields recorded at the end (outcome, duration_ms).
+    let span_events = if verbose > 0 && !quiet {
+        tracing_subscriber::fmt::format::FmtSpan::CLOSE
+    } else {
+        tracing_subscriber::fmt::format::FmtSpan::NONE
+    };
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter)
+        .with_span_events(span_events)
         .with_target(false);
     // A second initialisation (impossible here) would only be refused.
     let _ = match format {
