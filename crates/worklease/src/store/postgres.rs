@@ -26,7 +26,11 @@
 //!   expiry, a `DELETE` of the row by an operator, a server restart or a
 //!   crash (its WAL record is flushed by the commit of the acquisition
 //!   that used the value). Values drawn by failed attempts
-//!   leave gaps, which fencing allows. An acquisition also takes at least
+//!   leave gaps, which fencing allows. The sequence is deliberately not
+//!   owned by the table: `DROP TABLE` leaves it, so a table created again
+//!   under the same name keeps issuing larger tokens than before. To
+//!   remove a store for good, drop both: `DROP TABLE t; DROP SEQUENCE
+//!   t_fencing_seq;`. An acquisition also takes at least
 //!   the row's token + 1, so a sequence reset by hand cannot make a work
 //!   ID's tokens go back. Requires `synchronous_commit` on (the default) for
 //!   the crash guarantee.
@@ -404,6 +408,9 @@ fn parse_url(url: &str) -> Result<UrlParts> {
     let mut table = TableName::default();
     let mut root_cert = None;
     let mut kept: Vec<&str> = Vec::new();
+    // A parameter given twice is refused: "last one wins" would let a
+    // copy-paste slip put two fleets on two tables.
+    let mut seen = std::collections::HashSet::new();
     for param in query.into_iter().flat_map(|q| q.split('&')) {
         let (key, value) = param.split_once('=').unwrap_or((param, ""));
         let decode = |s: &str| {
@@ -412,7 +419,14 @@ fn parse_url(url: &str) -> Result<UrlParts> {
                 .map(|c| c.into_owned())
                 .map_err(|_| url_error(url, format!("query parameter {key:?} is not UTF-8")))
         };
-        match decode(key)?.as_str() {
+        let name = decode(key)?;
+        if !param.is_empty() && !seen.insert(name.clone()) {
+            return Err(url_error(
+                url,
+                format!("the parameter {name:?} appears twice"),
+            ));
+        }
+        match name.as_str() {
             "table" => {
                 table =
                     TableName::new(&decode(value)?).map_err(|e| url_error(url, e.to_string()))?
@@ -1559,6 +1573,14 @@ mod tests {
         assert_eq!(describe(&config), "postgres://app@db.internal:6543/leases");
         let parts = parse_url("PostgreSQL://h/db").unwrap();
         assert_eq!(parts.table, TableName::default());
+        let twice = parse_url("postgres://u:s3cret@h/db?table=a&table=b")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            twice.contains("\"table\" appears twice") && !twice.contains("s3cret"),
+            "{twice}"
+        );
         let tls = parse_url("postgres://h/db?sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem");
         if cfg!(feature = "postgres-tls") {
             let parts = tls.unwrap();

@@ -260,7 +260,16 @@ impl RedisConfig {
         let mut replicas: Option<u32> = None;
         let mut wait_ms: Option<u64> = None;
         let mut kept = Vec::new();
+        // A parameter given twice is refused: "last one wins" would let a
+        // copy-paste slip put two fleets under two prefixes.
+        let mut seen = std::collections::HashSet::new();
         for (key, value) in parsed.query_pairs() {
+            if !seen.insert(key.clone().into_owned()) {
+                return Err(url_error(
+                    url,
+                    format!("the parameter {key:?} appears twice"),
+                ));
+            }
             match key.as_ref() {
                 "prefix" => prefix = value.into_owned(),
                 "wait_replicas" => {
@@ -1118,6 +1127,11 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused_clearly_and_redacted() {
+        let r = reason("redis://app:s3cret@h/0?prefix=a:&prefix=b:");
+        assert!(
+            r.contains("\"prefix\" appears twice") && !r.contains("s3cret"),
+            "{r}"
+        );
         let r = reason("redis://app:s3cret@h/0?prefx=a");
         assert!(
             r.contains("unknown parameter \"prefx\"") && r.contains("prefix"),
