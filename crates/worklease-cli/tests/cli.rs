@@ -5,6 +5,9 @@
 //! creates, a line `worklease` writes to stderr), polled in bounded loops;
 //! no sleep stands in for an event.
 
+mod common;
+use common::{holder_script, poll_until, BIN, LONG};
+
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -13,17 +16,6 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use worklease::Token;
-
-const BIN: &str = env!("CARGO_BIN_EXE_worklease");
-
-/// A child script that marks itself started (`$D/<name>.started`, its PID
-/// in `$D/<name>.pid`) and runs until `$D/<name>.stop` exists.
-fn holder_script(name: &str) -> String {
-    format!(
-        "echo $$ > \"$D/{name}.pid\"; echo \"$WORKLEASE_FENCING_TOKEN\" > \"$D/{name}.token\"; \
-         touch \"$D/{name}.started\"; while [ ! -e \"$D/{name}.stop\" ]; do sleep 0.02; done"
-    )
-}
 
 /// One test's world: a temporary directory with the store file in it.
 struct World {
@@ -196,19 +188,6 @@ impl Drop for Running {
     }
 }
 
-fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// The state letter of `pid` in `/proc/PID/stat` (`R`, `S`, `T`, `Z`...),
 /// `None` once it is gone.
 fn process_state(pid: i32) -> Option<char> {
@@ -269,8 +248,6 @@ fn code(status: ExitStatus) -> i32 {
         .code()
         .unwrap_or_else(|| panic!("worklease ended by a signal: {status:?}"))
 }
-
-const LONG: Duration = Duration::from_secs(20);
 
 #[test]
 fn a_second_run_exits_75_naming_the_holder() {

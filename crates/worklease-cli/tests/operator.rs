@@ -6,6 +6,9 @@
 //! directory; synchronisation is by files the children create and by lines
 //! the processes write, polled in bounded loops, as in `tests/cli.rs`.
 
+mod common;
+use common::{holder_script, poll_until, BIN, LONG};
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,9 +17,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-const BIN: &str = env!("CARGO_BIN_EXE_worklease");
-const LONG: Duration = Duration::from_secs(20);
 
 struct World {
     dir: tempfile::TempDir,
@@ -61,25 +61,6 @@ impl World {
             "{} did not appear within {LONG:?}",
             path.display()
         );
-    }
-}
-
-/// A child script that marks itself started and runs until `$D/<name>.stop`
-/// exists.
-fn holder_script(name: &str) -> String {
-    format!("touch \"$D/{name}.started\"; while [ ! -e \"$D/{name}.stop\" ]; do sleep 0.02; done")
-}
-
-fn poll_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + timeout;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() > end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
