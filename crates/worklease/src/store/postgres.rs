@@ -778,6 +778,12 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("postgres://{user}{}/{db}", hosts.join(","))
 }
 
+/// Whether `e` on `client` means the server had ended the session (the
+/// statement did not run to a result on it).
+fn session_ended(e: &tokio_postgres::Error, client: &tokio_postgres::Client) -> bool {
+    e.is_closed() || client.is_closed() || e.code().is_some_and(|c| c.code().starts_with("57P"))
+}
+
 fn pool_err(shown: &str) -> impl FnOnce(deadpool_postgres::PoolError) -> Error + '_ {
     move |e| StoreError::with_source(KIND, format!("cannot get a connection to {shown}"), e).into()
 }
@@ -1051,15 +1057,35 @@ impl PostgresStore {
     }
 
     /// Runs one prepared (cached) statement and returns its rows.
+    ///
+    /// A pooled connection whose session the server has already ended
+    /// (`pg_terminate_backend`, a restart: SQLSTATE class 57P, or a closed
+    /// client) is dropped and the statement tried once more on a fresh
+    /// connection. That is safe for every lease statement: each is
+    /// conditioned on the work ID, holder and fencing token, so running
+    /// one twice cannot break S1–S3 (at worst a release that did apply
+    /// reports `Expired`, an acquisition that did apply reports `Held`).
     async fn query(
         &self,
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
         context: &'static str,
     ) -> Result<Vec<Row>> {
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(sql).await.map_err(db_err(context))?;
-        client.query(&stmt, params).await.map_err(db_err(context))
+        let mut retried = false;
+        loop {
+            let client = self.client().await?;
+            let result = match client.prepare_cached(sql).await {
+                Ok(stmt) => client.query(&stmt, params).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if !retried && session_ended(&e, &client) => {
+                    tracing::debug!(error = %e, "the server ended a pooled session: trying once more");
+                    retried = true;
+                }
+                other => return other.map_err(db_err(context)),
+            }
+        }
     }
 
     async fn migrate(&self) -> Result<()> {
