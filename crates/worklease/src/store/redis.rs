@@ -638,12 +638,26 @@ impl RedisStore {
 
     /// Runs a script on the command connection and returns its reply's
     /// elements.
+    ///
+    /// A request that meets a connection the server (or the network) had
+    /// already dropped — `is_connection_dropped`: broken pipe, reset,
+    /// unexpected EOF — is tried once more: the connection manager has
+    /// reconnected by then. That is safe for every script run here: each
+    /// is conditioned on the work ID, holder and fencing token, so running
+    /// one twice cannot break S1–S3 (at worst a release that did apply
+    /// reports `Expired`). Without it, the first call after a dropped
+    /// connection failed although the server was fine (issue 9's
+    /// `network_faults` test, "after a cut the next operation reconnects").
     async fn run(&self, invocation: &ScriptInvocation<'_>, what: &str) -> Result<Vec<Value>> {
         let mut conn = self.connections().await?.main.clone();
-        let reply: Value = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| store_err(what, e))?;
+        let reply: Value = match invocation.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_dropped() => {
+                tracing::debug!(error = %e, "the connection had been dropped: trying once more");
+                invocation.invoke_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|e| store_err(what, e))?;
         array(reply)
     }
 
