@@ -199,3 +199,31 @@ fn store_errors_show_their_cause() {
         "{e}"
     );
 }
+
+/// A store file deleted (or replaced) under a running store: the holder's
+/// renewals fail instead of going on in a file nobody else can open, while
+/// a new process starts fencing tokens again at 1 in a fresh file at the
+/// same path (two holders with one fencing token).
+#[tokio::test]
+async fn sqlite_refuses_to_go_on_when_its_file_was_deleted_or_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leases.db");
+    let config = |h: &str| Config::new(h, Duration::from_secs(30));
+    let a = Leases::new(Arc::new(SqliteStore::open(&path).unwrap()), config("a")).unwrap();
+    let id = "deleted";
+    let t = a.acquire(id, AcquireOptions::new()).await.unwrap();
+
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    }
+    let e = a.renew(&t).await.unwrap_err().to_string();
+    assert!(e.contains("is gone") && e.contains("fencing tokens"), "{e}");
+
+    // A new process makes a new file at the path: the old store still
+    // refuses (it would otherwise write into a file nobody else sees).
+    let b = Leases::new(Arc::new(SqliteStore::open(&path).unwrap()), config("b")).unwrap();
+    let tb = b.acquire(id, AcquireOptions::new()).await.unwrap();
+    let e = a.renew(&t).await.unwrap_err().to_string();
+    assert!(e.contains("was replaced"), "{e}");
+    b.release(tb).await.unwrap();
+}

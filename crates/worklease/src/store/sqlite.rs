@@ -25,6 +25,12 @@
 //! * **Cancellation.** A call whose future is dropped while it waits for
 //!   the file's write lock is rolled back rather than committed, so an
 //!   abandoned acquisition or renewal leaves no lease behind.
+//! * **The file stays the file.** Every transaction checks that the path
+//!   still names the file opened (device and inode): a store whose file
+//!   was deleted or replaced refuses every call, so its holders give up by
+//!   their deadlines instead of renewing in a file nobody else sees while
+//!   a fresh file restarts fencing tokens at 1. A hard-linked file is
+//!   refused at open for the same reason.
 //!
 //! Not supported: more than one host (SQLite's locking over network file
 //! systems is unreliable: use PostgreSQL, Redis or etcd), platforms
@@ -150,7 +156,60 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     clock: Arc<dyn StoreClock>,
     path: PathBuf,
+    file: FileIdentity,
     watchers: Watchers,
+}
+
+/// The device and inode of the database file as opened.
+///
+/// Every transaction checks that the path still names this file. If the
+/// file was deleted (or replaced) under a running store, this process
+/// would go on renewing leases in a file nobody else can open, while a new
+/// process creates a fresh file at the path whose fencing tokens start
+/// again at 1: two holders with one fencing token. Refusing every
+/// operation instead makes the holders' renewals fail, so they give up by
+/// their deadlines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileIdentity {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path)?;
+        Ok(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    /// Fails unless `path` still names this file.
+    fn check(&self, path: &Path) -> Result<()> {
+        match Self::of(path) {
+            Ok(now) if now == *self => Ok(()),
+            Ok(_) => Err(StoreError::new(
+                KIND,
+                format!(
+                    "the database file {:?} was replaced while this store had it open: refusing to go on \
+                     (its leases and fencing tokens are not the ones this store holds); restart with the new file",
+                    path.display()
+                ),
+            )
+            .into()),
+            Err(e) => Err(StoreError::with_source(
+                KIND,
+                format!(
+                    "the database file {:?} is gone (deleted while this store had it open?): refusing to go on, \
+                     since a new file there would start fencing tokens again at 1",
+                    path.display()
+                ),
+                e,
+            )
+            .into()),
+        }
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -219,6 +278,8 @@ impl SqliteStore {
             .map_err(db_err(&at("cannot open the database file")))?;
         // Another name for the same file (a hard link) would have its own
         // WAL and lock files: two stores on one table, no exclusion.
+        let file = FileIdentity::of(&path)
+            .map_err(|e| StoreError::with_source(KIND, at("cannot read the metadata of"), e))?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
@@ -265,6 +326,7 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             clock,
             path,
+            file,
             watchers: Watchers::default(),
         })
     }
@@ -287,6 +349,7 @@ impl SqliteStore {
     ) -> Result<T> {
         let conn = self.conn.clone();
         let clock = self.clock.clone();
+        let (path, file) = (self.path.clone(), self.file);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _guard = AbandonOnDrop(abandoned.clone());
         tokio::task::spawn_blocking(move || {
@@ -296,6 +359,8 @@ impl SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(db_err("cannot begin a transaction"))?;
+            // Under the write lock: the file every other process writes.
+            file.check(&path)?;
             let now = clock.now()?;
             let out = f(&tx, &now)?;
             if abandoned.load(Ordering::SeqCst) {
