@@ -23,7 +23,8 @@ use worklease::election::Elector;
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
 use crate::run::{
-    cannot_run, check_lease_args, default_holder, say_lost, spawn, supervise, Signals,
+    cannot_run, check_command, check_lease_args, default_holder, say_lost, spawn, supervise,
+    Signals,
 };
 use crate::ElectArgs;
 
@@ -35,6 +36,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         .map_or_else(default_holder, |h| h.to_string());
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
+    check_command(&args.command)?;
     let (child_url, store) = args.store.open()?;
     args.metrics.serve()?;
     // On a terminal: who leads, refreshed while campaigning.

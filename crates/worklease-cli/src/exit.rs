@@ -33,7 +33,7 @@ pub const COMMAND_NOT_FOUND: u8 = 127;
 /// The table of exit statuses, as shown by `worklease --help`.
 pub const HELP: &str = "\
 Exit status:
-  0        success (run: the child succeeded)
+  0        success (run: the child succeeded; pool: every work ID is done)
   1-125    run: the child's own exit status
   1        release --force: the store does not know the work ID
   64       usage error: bad arguments, empty work ID, zero TTL or one too
@@ -43,16 +43,16 @@ Exit status:
   69       the store cannot be opened or failed (I/O, busy, corrupt); for
            status, release and checkpoint also: no store at the path (they
            never create one)
-  70       internal error of worklease
+  70       internal error of worklease (pool: a work ID failed for good)
   74       reading stdin or writing stdout failed
   75       the lease is held by another holder (run without --wait)
   76       the lease was lost while the child ran (expired, revoked by
            `release --force`, taken over, or renewals failed until the
            holder's deadline); checkpoint: stale token
-  126/127  run: the command cannot be executed / was not found
+  126/127  run, pool: the command cannot be executed / was not found
   128+N    run: the child was ended by signal N (130 for SIGINT,
            143 for SIGTERM); also when worklease itself is interrupted
-           while waiting for the lease
+           while waiting for the lease, and when signal N stopped a pool
 The child of run or elect may exit with 64-76 itself: when a status is
 worklease's own, the last line worklease writes to stderr starts with
 `worklease:` and says why (76: `worklease: exit 76: ...`).";

@@ -1,8 +1,9 @@
 //! `worklease run`: acquire the lease, run the child under it, supervise.
 //!
-//! 1. Check the arguments (TTL, `--grace`) before touching the store, then
-//!    acquire the lease (exit 75 when it is held and `--wait` was not given;
-//!    with `--wait`, a signal ends the wait with 128 + N).
+//! 1. Check the arguments (TTL, `--grace`, a non-empty program name) before
+//!    touching the store, then acquire the lease (exit 75 when it is held
+//!    and `--wait` was not given; with `--wait`, a signal ends the wait with
+//!    128 + N).
 //! 2. Start background renewal and spawn the child in its own process
 //!    group with the `WORKLEASE_*` environment (stdin `/dev/null` when ours
 //!    is a terminal).
@@ -18,7 +19,27 @@
 //!    exit 76.
 //! 5. When the child exits: what is left of its process group gets SIGTERM,
 //!    then SIGKILL after `--grace`; then stop renewing, release the lease
-//!    (a clean hand-off) and exit with the child's status.
+//!    (a clean hand-off) and exit with the child's status. A group that
+//!    ended inside the lease (before the holder's deadline, before any
+//!    loss) is a good run: when renewal or the release fails after that
+//!    (the store briefly down), a warning says so, the lease expires by its
+//!    TTL (the next holder sees no clean hand-off), and the status is still
+//!    the child's.
+//!
+//! Two limits no supervisor can lift; downstream writes must check the
+//! fencing token (`WORKLEASE_FENCING_TOKEN`), which is what it is for:
+//! - While this process alone is frozen (SIGSTOP of this process, a paused
+//!   VM), its child runs on past the lease deadline: a frozen process
+//!   cannot act. Job control (Ctrl-Z, SIGTSTP) stops the children too and
+//!   is safe.
+//! - When this process gets SIGKILL, its direct child dies with it
+//!   (`PR_SET_PDEATHSIG`, Linux), but processes the child started in the
+//!   background (in its process group, or with `setsid`) survive.
+//!
+//! The same supervision ([`supervise_with`]) runs each child of `worklease
+//! pool`, which adds a stop request (a hand-off or the pool's shutdown):
+//! every child leads its own process group, and the job-control handler
+//! stops all of them.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -34,6 +55,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use worklease::election::Leadership;
 use worklease::store::memory::MemoryStore;
+use worklease::store::ExpiryClock;
 use worklease::{
     AcquireOptions, Config, Error, LeaseStore, Leases, Renewal, RenewalOptions, Token,
 };
@@ -74,14 +96,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         .map_or_else(default_holder, |h| h.to_string());
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
+    check_command(&args.command)?;
     let (child_url, store) = args.store.open()?;
     args.metrics.serve()?;
-    if store.kind() == "memory" {
-        tracing::warn!(
-            "the memory: store lives in this process only: the lease excludes no other process, \
-             and the child's `worklease checkpoint` cannot reach it"
-        );
-    }
+    warn_if_memory(&store);
     let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
     // Catch signals from now on: a signal while waiting ends the wait, one
     // before the child starts is forwarded to it as soon as it does.
@@ -132,28 +150,47 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         say_lost(&args.work_id, "lease", code);
         return Ok(exit::LOST);
     }
-    let token = match renewal.stop().await {
-        Ok(token) => token,
-        Err(cause) => {
-            eprintln!("worklease: the lease was lost before the child ended: {cause}");
-            say_lost(&args.work_id, "lease", code);
-            return Ok(exit::LOST);
-        }
+    // The child and what it left in its process group ended inside the
+    // lease (before the holder's deadline, before any loss): the run is
+    // good, whatever becomes of the lease now. A renewal or the release
+    // failing from here on (the store briefly down) only leaves the lease
+    // to expire by its TTL.
+    let released = match renewal.stop().await {
+        Ok(token) => leases.release(token).await,
+        Err(cause) => Err(cause),
     };
-    match leases.release(token.clone()).await {
-        Ok(()) => Ok(code),
-        Err(e) if e.is_lease_lost() => {
-            eprintln!("worklease: the lease was lost before the child ended: {e}");
-            say_lost(&args.work_id, "lease", code);
-            Ok(exit::LOST)
-        }
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "cannot release the lease: it ends when its TTL runs out, and the next holder sees an unclean hand-off"
-            );
-            Ok(code)
-        }
+    if let Err(e) = released {
+        tracing::warn!(
+            error = %e,
+            "the child ended inside its lease (the exit status is its own), but the lease could not be \
+             released: it ends when its TTL runs out, and the next holder sees it expired, not handed off cleanly"
+        );
+    }
+    Ok(code)
+}
+
+/// Refuses an empty program name (`-- ""`) before the store is touched:
+/// exit 64, as for no command at all.
+///
+/// # Errors
+/// A usage failure when `command` is empty or its first word is.
+pub fn check_command(command: &[OsString]) -> Result<(), Failure> {
+    match command.first() {
+        Some(program) if !program.is_empty() => Ok(()),
+        _ => Err(Failure::usage(
+            "no command: the program name after `--` is empty; give the command to run after `--`",
+        )),
+    }
+}
+
+/// Warns that a `memory:` store excludes no other process, and that a
+/// child's `worklease checkpoint` cannot reach it.
+pub fn warn_if_memory(store: &Arc<dyn LeaseStore>) {
+    if store.kind() == "memory" {
+        tracing::warn!(
+            "the memory: store lives in this process only: the lease excludes no other process, \
+             and the child's `worklease checkpoint` cannot reach it"
+        );
     }
 }
 
@@ -212,7 +249,10 @@ pub trait HeldLease {
     fn latest(&self) -> Token;
     /// Why the lease was lost, once it was.
     fn cause(&self) -> Option<Error>;
-    /// Fires when the lease is lost.
+    /// Fires when the lease is lost. For a child supervised with a
+    /// [`Stop`], it also fires to ask the child to stop while the lease is
+    /// still held: a firing while [`HeldLease::cause`] is `None` is that
+    /// request.
     fn lost(&self) -> CancellationToken;
     /// Neither lost nor past its deadline by this process's clock.
     fn live(&self) -> bool {
@@ -247,9 +287,61 @@ impl HeldLease for Leadership {
     }
 }
 
-/// The child's process group while it is supervised (0: none), for the
-/// job-control handler, which stops it before stopping this process.
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+/// How many children may be supervised at once (a `pool` runs one per
+/// work ID it holds, and takes at most this many work IDs).
+pub const MAX_CHILDREN: usize = 1024;
+
+/// The process groups of the supervised children (0: a free entry), for the
+/// job-control handler, which stops them before stopping this process. It
+/// reads them inside a signal handler: atomics, no lock.
+static CHILD_GROUPS: [AtomicI32; MAX_CHILDREN] = [const { AtomicI32::new(0) }; MAX_CHILDREN];
+
+/// A child's entry in [`CHILD_GROUPS`], freed when dropped (when its
+/// supervision ends, however it ends).
+struct GroupEntry(Option<usize>);
+
+impl GroupEntry {
+    fn register(group: i32) -> Self {
+        let entry = CHILD_GROUPS.iter().position(|g| {
+            g.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        });
+        if entry.is_none() {
+            tracing::warn!(
+                "more than {MAX_CHILDREN} children at once: Ctrl-Z does not stop this one's process group"
+            );
+        }
+        Self(entry)
+    }
+}
+
+impl Drop for GroupEntry {
+    fn drop(&mut self) {
+        if let Some(g) = self.0.and_then(|i| CHILD_GROUPS.get(i)) {
+            g.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A child started by [`spawn`] or [`spawn_in_group`], leading its own
+/// process group, which the job-control handler knows of until the child's
+/// supervision ends.
+pub struct Child {
+    process: tokio::process::Child,
+    _entry: Option<GroupEntry>,
+}
+
+/// How a supervised child is asked to stop while its lease is still held
+/// (a `pool` slot handed off for balance, or the pool shutting down): the
+/// request is a firing of [`HeldLease::lost`] while the lease has no loss
+/// cause. The child's process group gets the first signal, then SIGCONT,
+/// and SIGKILL after --grace (at the lease deadline at the latest, as
+/// always). A child stopped so was not lost: supervision does not report a
+/// loss for it.
+pub struct Stop<'a> {
+    /// The first signal (for example SIGTERM), read when the request comes.
+    pub signal: &'a (dyn Fn() -> Signal + Send + Sync),
+}
 
 /// Supervises a running child until it and what it left running in its
 /// process group have ended: forwards signals to the group, handles job
@@ -257,21 +349,39 @@ static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
 /// lost (see the module docs). Returns the exit status to report (the
 /// child's) and whether the lease was lost meanwhile.
 pub async fn supervise(
-    mut child: tokio::process::Child,
+    child: Child,
     lease: &impl HeldLease,
     describe_loss: impl Fn() -> String,
     grace: Duration,
     signals: &mut Signals,
 ) -> Result<(u8, bool), Failure> {
+    supervise_with(child, lease, describe_loss, grace, signals, None).await
+}
+
+/// [`supervise`], and with `stop`, a firing of [`HeldLease::lost`] while
+/// the lease has no loss cause asks the child to stop (see [`Stop`]): a
+/// `pool` slot's supervision.
+pub async fn supervise_with(
+    child: Child,
+    lease: &impl HeldLease,
+    describe_loss: impl Fn() -> String,
+    grace: Duration,
+    signals: &mut Signals,
+    stop: Option<&Stop<'_>>,
+) -> Result<(u8, bool), Failure> {
+    let Child {
+        process: mut child,
+        _entry,
+    } = child;
     // The child leads its own process group: its ID is the group's.
     let group = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
-    CHILD_GROUP.store(group.map_or(0, Pid::as_raw), Ordering::SeqCst);
-    let _clear = ClearGroup;
     let lost = lease.lost();
     let mut lost_seen = false;
+    // The child was asked to stop (see `Stop`).
+    let mut stopping = false;
     // The deadline for which the group got SIGTERM because renewal failed.
     let mut term_for: Option<Instant> = None;
     // When the group gets SIGKILL (after a loss, or for leftovers).
@@ -371,7 +481,22 @@ pub async fn supervise(
                     }
                 }
             }
-            _ = lost.cancelled(), if !lost_seen => {
+            _ = lost.cancelled(), if !lost_seen && !stopping => {
+                if let (Some(stop), None) = (stop, lease.cause()) {
+                    stopping = true;
+                    let at = Instant::now() + grace;
+                    kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                    if status.is_none() && killed_at.is_none() {
+                        let sig = (stop.signal)();
+                        tracing::info!(
+                            "stopping the child: {sig} to its process group now, SIGKILL in {}",
+                            fmt_secs(grace)
+                        );
+                        signal_group(group, sig);
+                        signal_group(group, Signal::SIGCONT);
+                    }
+                    continue;
+                }
                 lost_seen = true;
                 if killed_at.is_some() {
                     eprintln!(
@@ -450,17 +575,9 @@ pub async fn supervise(
     Ok((code, lost_seen))
 }
 
-/// Resets [`CHILD_GROUP`] when supervision ends, however it ends.
-struct ClearGroup;
-
-impl Drop for ClearGroup {
-    fn drop(&mut self) {
-        CHILD_GROUP.store(0, Ordering::SeqCst);
-    }
-}
-
-/// Whether `sig` ends a process by default (and ends a wait for the lease).
-fn terminating(sig: Signal) -> bool {
+/// Whether `sig` ends a process by default (and ends a wait for the lease,
+/// or a `pool`).
+pub fn terminating(sig: Signal) -> bool {
     matches!(
         sig,
         Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
@@ -546,16 +663,30 @@ async fn acquire(
         }) => (holder_id, expires_in),
         Err(e) => return Err(e.into()),
     };
+    let by_observation = store.expiry_clock() == ExpiryClock::Observation;
+    if !args.wait {
+        let message = if by_observation {
+            format!(
+                "{work_id:?} is held by {holder_id:?}; not waiting: pass --wait to wait for it. {}",
+                observation_note(store.kind())
+            )
+        } else {
+            let expiry = match expires_in {
+                Some(d) => format!("its lease expires in {} unless renewed", fmt_secs(d)),
+                None => "its lease expiry is unknown".to_string(),
+            };
+            format!("{work_id:?} is held by {holder_id:?} ({expiry}); not waiting: pass --wait to wait for it")
+        };
+        return Err(Failure::new(exit::HELD, message));
+    }
     let expiry = match expires_in {
+        _ if by_observation => format!(
+            "the {} store judges expiry by observation: taken over once seen unchanged for the holder's TTL",
+            store.kind()
+        ),
         Some(d) => format!("its lease expires in {} unless renewed", fmt_secs(d)),
         None => "its lease expiry is unknown".to_string(),
     };
-    if !args.wait {
-        return Err(Failure::new(
-            exit::HELD,
-            format!("{work_id:?} is held by {holder_id:?} ({expiry}); not waiting: pass --wait to wait for it"),
-        ));
-    }
     tracing::info!(
         "{work_id:?} is held by {holder_id:?} ({expiry}); waiting for it (polling every {})",
         fmt_secs(args.poll)
@@ -593,16 +724,49 @@ async fn acquire(
     }
 }
 
+/// What `run` without `--wait` says about a lease held in a store of kind
+/// `kind` that judges expiry by observation (S3): one look cannot tell
+/// whether the holder still renews, so there is no time left to give.
+fn observation_note(kind: &str) -> String {
+    format!(
+        "The {kind} store judges expiry by observation: one look cannot tell whether the holder \
+         is still renewing, so no time left is known. With --wait, worklease takes the lease over \
+         once it has seen it unchanged for the holder's full TTL: one TTL after its last renewal, or \
+         after the wait starts if that is later (plus up to --poll)"
+    )
+}
+
 /// Starts the child in its own process group with the `WORKLEASE_*`
 /// environment; on Linux it is killed if this process dies. When stdin is a
 /// terminal, the child gets `/dev/null` instead: in a background process
 /// group, reading the terminal would stop it (SIGTTIN) while it holds the
 /// lease.
-pub fn spawn(
+pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::Result<Child> {
+    let terminal = std::io::stdin().is_terminal();
+    if terminal {
+        tracing::info!(
+            "stdin is a terminal: the child gets /dev/null as its stdin (in its own process group, \
+             reading the terminal would stop it while it holds the lease); pipe or redirect input \
+             to give it some"
+        );
+    }
+    spawn_in_group(command, token, store_url, terminal)
+}
+
+/// Starts `command` in its own process group with the `WORKLEASE_*`
+/// environment of `token` and `store_url`, registered for job control; on
+/// Linux it is killed if this process dies. With `null_stdin` its stdin is
+/// `/dev/null`, else this process's.
+///
+/// # Errors
+/// The spawn's: `NotFound` when the program does not exist,
+/// `InvalidInput` for an empty `command`.
+pub fn spawn_in_group(
     command: &[OsString],
     token: &Token,
     store_url: &str,
-) -> std::io::Result<tokio::process::Child> {
+    null_stdin: bool,
+) -> std::io::Result<Child> {
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"))?;
@@ -614,12 +778,7 @@ pub fn spawn(
         .env("WORKLEASE_TOKEN", token.to_string())
         .env("WORKLEASE_STORE", store_url)
         .process_group(0);
-    if std::io::stdin().is_terminal() {
-        tracing::info!(
-            "stdin is a terminal: the child gets /dev/null as its stdin (in its own process group, \
-             reading the terminal would stop it while it holds the lease); pipe or redirect input \
-             to give it some"
-        );
+    if null_stdin {
         cmd.stdin(Stdio::null());
     }
     let parent = nix::unistd::getpid();
@@ -637,15 +796,16 @@ pub fn spawn(
     // process group is recorded would stop this process but not the child:
     // hold such signals back meanwhile (only this thread takes them).
     job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)?;
-    let spawned = cmd.spawn();
-    if let Some(id) = spawned
-        .as_ref()
-        .ok()
-        .and_then(tokio::process::Child::id)
-        .and_then(|id| i32::try_from(id).ok())
-    {
-        CHILD_GROUP.store(id, Ordering::SeqCst);
-    }
+    let spawned = cmd.spawn().map(|process| {
+        let entry = process
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(GroupEntry::register);
+        Child {
+            process,
+            _entry: entry,
+        }
+    });
     // Cannot fail with a valid set; a child must never be dropped here.
     let _ = job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK);
     spawned
@@ -736,18 +896,20 @@ pub fn fmt_secs(d: Duration) -> String {
     }
 }
 
-/// The job-control handler (SIGTSTP, SIGTTIN, SIGTTOU): stops the child's
-/// process group, then this process, as the default action would have
-/// stopped this process alone. It runs synchronously, inside whatever
+/// The job-control handler (SIGTSTP, SIGTTIN, SIGTTOU): stops the
+/// children's process groups, then this process, as the default action
+/// would have stopped this process alone. It runs synchronously, inside whatever
 /// system call raised it (a write to the terminal raises SIGTTOU), and
 /// makes only async-signal-safe calls (kill).
 extern "C" fn on_job_stop(_signal: nix::libc::c_int) {
     let saved = nix::errno::Errno::last_raw();
-    let group = CHILD_GROUP.load(Ordering::SeqCst);
     // SAFETY: kill(2) is async-signal-safe; the arguments are plain values.
     unsafe {
-        if group > 0 {
-            nix::libc::kill(-group, nix::libc::SIGSTOP);
+        for group in &CHILD_GROUPS {
+            let group = group.load(Ordering::SeqCst);
+            if group > 0 {
+                nix::libc::kill(-group, nix::libc::SIGSTOP);
+            }
         }
         nix::libc::kill(nix::libc::getpid(), nix::libc::SIGSTOP);
     }
@@ -811,6 +973,14 @@ impl Signals {
         Ok(Self { rx })
     }
 
+    /// A channel of signals for one of several supervised children (a
+    /// `pool` slot): the sender hands it what this process received.
+    pub fn channel() -> (mpsc::UnboundedSender<Signal>, Self) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (tx, Self { rx })
+    }
+
+    /// The next signal received.
     pub async fn recv(&mut self) -> Option<Signal> {
         self.rx.recv().await
     }

@@ -16,8 +16,23 @@
 //! | was surplus to the pool's share | fires the work's stop signal; the runner writes its final state and releases (a clean hand-off) | [`PoolObserver::on_slot_released`] |
 //! | returned `Ok` unasked | lets the lease go (released by the runner); the work ID is free again at the next round | — |
 //!
-//! When every work ID is dead for this pool, [`Pool::run`] returns
-//! [`PoolError::AllSlotsDead`].
+//! A transient failure's work ID is tried again as soon as its back-off
+//! ends (a round is held then), not at the next regular round.
+//!
+//! ## Finished work IDs
+//!
+//! With [`PoolOptions::done_prefix`], a work ID `W` is **finished** once
+//! the store lists a lease (live or ended) on `<done prefix>W`: its done
+//! record. The pool never writes these records (the work function does,
+//! for example by acquiring and releasing the record before it returns
+//! `Ok`); it reads them in the listing each round already makes, before it
+//! acquires anything, so a finished work ID is never acquired again by a
+//! pool that has seen its record: its lease keeps the holder and the
+//! fencing token that finished it. Once seen, a work ID stays finished for
+//! the pool (records are not expected to be deleted). When every work ID is
+//! finished, [`Pool::run`] returns `Ok(())`; when every work ID is finished
+//! or dead for this pool, at least one dead, [`PoolError::AllSlotsDead`].
+//! Without a done prefix no work ID is ever finished.
 //!
 //! ## Balance
 //!
@@ -25,11 +40,33 @@
 //! on `<name>/members/<holder ID>` (renewed in the background), and the
 //! live members are the unexpired leases under `<name>/members/`. Once per
 //! round (every renewal interval, TTL/3 by default) a pool lists the
-//! store's leases, sorts the live members by holder ID and takes its quota:
-//! with `W` work IDs and `n` members, the first `W mod n` members take
-//! `ceil(W / n)`, the others `floor(W / n)`; the quotas add up to `W`. A
-//! pool above its quota stops its surplus slots (cleanly, as above); a pool
-//! below it tries work IDs that are free by the listing.
+//! store's leases and sorts the live members by holder ID. The shares are
+//! over the `W` work IDs that are not finished (finished ones take no slot,
+//! so they do not count): with `n` members, `floor = floor(W / n)` and
+//! `ceil = ceil(W / n)`; by rank, the first `W mod n` members' quota is
+//! `ceil`, the others' `floor`, and the quotas add up to `W`.
+//!
+//! - A pool holding more than `ceil` stops its surplus slots (cleanly, as
+//!   above).
+//! - A pool holding `ceil` above its own quota stops one slot only when
+//!   another member holds fewer than `floor` and no work ID is free: then
+//!   the split is really uneven (some hold `ceil`, one under `floor`).
+//!   Otherwise it keeps its work: when a work ID finishes and the remainder
+//!   of `W / n` moves to other ranks, no running work is stopped just to
+//!   give the same split with other names.
+//! - A pool holding fewer than its quota tries work IDs that are free by
+//!   the listing, up to its quota.
+//!
+//! In a steady state (no work ID free, no slot stopping) every pool holds
+//! `floor` or `ceil`; when work IDs finish, the rest are rebalanced only as
+//! far as that needs.
+//!
+//! A pool acquires nothing in its first round: it writes its membership and
+//! takes its share one round later, once the pools started with it have
+//! written theirs. So pools started together each start only their own
+//! share (3 pools over 12 work IDs start 4 each), instead of the first one
+//! taking everything and stopping most of it again a round later. The cost
+//! is one round interval before a pool's first work starts.
 //!
 //! Convergence, with `I` the round interval: after a pool joins (its
 //! membership written at `t`), every other pool sees it by `t + I` and
@@ -126,6 +163,7 @@ pub struct PoolOptions {
     renewal: RenewalOptions,
     backoff: Duration,
     finish_timeout: Duration,
+    done_prefix: Option<String>,
     observer: Arc<dyn PoolObserver>,
 }
 
@@ -138,6 +176,7 @@ impl std::fmt::Debug for PoolOptions {
             .field("renewal", &self.renewal)
             .field("backoff", &self.backoff)
             .field("finish_timeout", &self.finish_timeout)
+            .field("done_prefix", &self.done_prefix)
             .finish_non_exhaustive()
     }
 }
@@ -146,7 +185,8 @@ impl PoolOptions {
     /// A pool named `name` (pools of one name balance against each other)
     /// over `work_ids`. Defaults: fail-fast acquisition,
     /// [`RenewalOptions::new`], back-off [`DEFAULT_SLOT_BACKOFF`], finish
-    /// timeout [`DEFAULT_FINISH_TIMEOUT`], [`NoopPoolObserver`].
+    /// timeout [`DEFAULT_FINISH_TIMEOUT`], no done prefix,
+    /// [`NoopPoolObserver`].
     pub fn new<I, S>(name: impl Into<String>, work_ids: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -159,6 +199,7 @@ impl PoolOptions {
             renewal: RenewalOptions::new(),
             backoff: DEFAULT_SLOT_BACKOFF,
             finish_timeout: DEFAULT_FINISH_TIMEOUT,
+            done_prefix: None,
             observer: Arc::new(NoopPoolObserver),
         }
     }
@@ -191,6 +232,18 @@ impl PoolOptions {
         self
     }
 
+    /// Where the done records are: a work ID `W` is finished once the
+    /// store lists a lease on `<prefix>W` (see the [module
+    /// docs](self#finished-work-ids)). The pool reads these records and
+    /// never acquires a finished work ID; writing them is the work
+    /// function's part. [`Pool::new`] checks that every `<prefix>W` is a
+    /// valid work ID, that no work ID lies under the prefix, and that the
+    /// prefix and the membership prefix `<name>/members/` do not overlap.
+    pub fn done_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.done_prefix = Some(prefix.into());
+        self
+    }
+
     /// The observer of slot events.
     pub fn observer(mut self, observer: Arc<dyn PoolObserver>) -> Self {
         self.observer = observer;
@@ -205,6 +258,8 @@ pub struct Pool {
     leases: Leases,
     options: PoolOptions,
     work_ids: Vec<WorkId>,
+    /// Each work ID's done record (same order), with a done prefix.
+    done_ids: Option<Vec<String>>,
     member_prefix: String,
     interval: Duration,
     active: Arc<Mutex<BTreeSet<String>>>,
@@ -247,9 +302,12 @@ impl Pool {
     /// # Errors
     /// [`Error::Invalid`] when the options ask for a waiting acquisition,
     /// the work ID list is empty, has duplicates or a bad work ID, a work
-    /// ID lies under the membership prefix `<name>/members/`, the name
-    /// makes a bad work ID, the back-off or finish timeout is under 1 ms,
-    /// or the renewal options do not fit the TTL.
+    /// ID lies under the membership prefix `<name>/members/` or the done
+    /// prefix, the name is not a valid work ID itself (empty, too long,
+    /// control characters) or its membership work ID is not valid, a done
+    /// record `<done prefix><work ID>` is not a valid work ID, the done and
+    /// membership prefixes overlap, the back-off or finish timeout is under
+    /// 1 ms, or the renewal options do not fit the TTL.
     pub fn new(leases: Leases, options: PoolOptions) -> Result<Self> {
         let bad = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
         if options.acquire.waits() {
@@ -273,9 +331,22 @@ impl Pool {
             ));
         }
         let interval = options.renewal.check(&leases)?;
+        if let Err(e) = WorkId::new(options.name.as_str()) {
+            return bad(format!(
+                "pool name {:?} is not valid as the prefix of the pool's membership work IDs: {e}",
+                options.name
+            ));
+        }
         let member_prefix = format!("{}/members/", options.name);
         // The membership work ID must itself be valid.
         WorkId::new(format!("{member_prefix}{}", leases.holder_id()))?;
+        if let Some(prefix) = &options.done_prefix {
+            if prefix.starts_with(&member_prefix) || member_prefix.starts_with(prefix.as_str()) {
+                return bad(format!(
+                    "done prefix {prefix:?} overlaps the pool's membership prefix {member_prefix:?}"
+                ));
+            }
+        }
         let mut seen = HashSet::new();
         let mut work_ids = Vec::with_capacity(options.work_ids.len());
         for w in &options.work_ids {
@@ -290,10 +361,34 @@ impl Pool {
             }
             work_ids.push(id);
         }
+        let done_ids = match &options.done_prefix {
+            None => None,
+            Some(prefix) => {
+                let mut done_ids = Vec::with_capacity(work_ids.len());
+                for w in &work_ids {
+                    if w.as_str().starts_with(prefix.as_str()) {
+                        return bad(format!(
+                            "work ID {:?} lies under the done prefix {prefix:?}",
+                            w.as_str()
+                        ));
+                    }
+                    let record = format!("{prefix}{w}");
+                    if let Err(e) = WorkId::new(record.as_str()) {
+                        return bad(format!(
+                            "work ID {:?} makes a bad done record ({prefix:?} + the work ID): {e}; shorten the work ID or the prefix",
+                            w.as_str()
+                        ));
+                    }
+                    done_ids.push(record);
+                }
+                Some(done_ids)
+            }
+        };
         Ok(Self {
             leases,
             options,
             work_ids,
+            done_ids,
             member_prefix,
             interval,
             active: Arc::new(Mutex::new(BTreeSet::new())),
@@ -333,7 +428,9 @@ impl Pool {
 
     /// Runs the pool until `shutdown` fires (then every slot's work gets
     /// its stop signal, its final state is checkpointed and its lease and
-    /// the membership released) or every slot is dead. `work` runs once per
+    /// the membership released), every work ID is finished (see
+    /// [`PoolOptions::done_prefix`]; `Ok(())`, after the same clean stop),
+    /// or every work ID is dead or finished, at least one dead. `work` runs once per
     /// acquired slot, with the runner's [`RunContext`]: it should return
     /// its state when [`RunContext::cancelled`] fires.
     ///
@@ -347,7 +444,8 @@ impl Pool {
     /// the membership lease expires.
     ///
     /// # Errors
-    /// [`PoolError::AllSlotsDead`] when every work ID's slot was dropped.
+    /// [`PoolError::AllSlotsDead`] when every work ID's slot was dropped
+    /// (or, with a done prefix, every one not finished was).
     pub async fn run<F, Fut>(
         &self,
         shutdown: CancellationToken,
@@ -365,13 +463,14 @@ impl Pool {
         let mut slots: HashMap<String, Slot> = HashMap::new();
         let mut tasks: JoinSet<(String, SlotOutcome)> = JoinSet::new();
         let mut membership: Option<Renewal> = None;
+        // Work IDs whose done record this pool has seen.
+        let mut finished: HashSet<String> = HashSet::new();
+        // The first round only writes the membership (see the module docs).
+        let mut first_round = true;
         let mut next_round = Instant::now();
         let result = loop {
-            if self.all_dead(&slots) {
-                break Err(PoolError::AllSlotsDead {
-                    pool: self.options.name.clone(),
-                    count: self.work_ids.len(),
-                });
+            if let Some(end) = self.ended(&slots, &finished) {
+                break end;
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break Ok(()),
@@ -385,15 +484,21 @@ impl Pool {
                             continue;
                         }
                     };
-                    if self.slot_ended(&mut slots, &work_id, outcome) {
-                        // Lost: reacquire at once if the share allows.
-                        next_round = Instant::now();
+                    if let Some(at) = self.slot_ended(&mut slots, &work_id, outcome) {
+                        // Lost (at once) or backed off (when the back-off
+                        // ends): try again then, if the share allows.
+                        next_round = next_round.min(at);
                     }
                 }
                 _ = tokio::time::sleep_until(next_round) => {
                     next_round = Instant::now() + self.interval;
                     membership = self.keep_membership(membership).await;
-                    self.round(&mut slots, &mut tasks, &runner, &work).await;
+                    if first_round {
+                        first_round = false;
+                    } else {
+                        self.round(&mut slots, &mut finished, &mut tasks, &runner, &work)
+                            .await;
+                    }
                 }
             }
         };
@@ -419,19 +524,41 @@ impl Pool {
         result
     }
 
-    fn all_dead(&self, slots: &HashMap<String, Slot>) -> bool {
-        self.work_ids
-            .iter()
-            .all(|w| matches!(slots.get(w.as_str()), Some(Slot::Dead)))
+    /// How the pool ends, once every work ID is finished or dead for it:
+    /// `Ok` when all are finished, else [`PoolError::AllSlotsDead`].
+    fn ended(
+        &self,
+        slots: &HashMap<String, Slot>,
+        finished: &HashSet<String>,
+    ) -> Option<std::result::Result<(), PoolError>> {
+        let mut dead = false;
+        for w in &self.work_ids {
+            if finished.contains(w.as_str()) {
+                continue;
+            }
+            if !matches!(slots.get(w.as_str()), Some(Slot::Dead)) {
+                return None;
+            }
+            dead = true;
+        }
+        Some(if dead {
+            Err(PoolError::AllSlotsDead {
+                pool: self.options.name.clone(),
+                count: self.work_ids.len(),
+            })
+        } else {
+            Ok(())
+        })
     }
 
-    /// Records a slot's end; true when it was lost (reacquire at once).
+    /// Records a slot's end; returns when the next round should be at the
+    /// latest: at once after a loss, at the end of a back-off.
     fn slot_ended(
         &self,
         slots: &mut HashMap<String, Slot>,
         work_id: &str,
         outcome: SlotOutcome,
-    ) -> bool {
+    ) -> Option<Instant> {
         self.set_active(work_id, false);
         let stopping = matches!(
             slots.get(work_id),
@@ -441,32 +568,30 @@ impl Pool {
         match outcome {
             SlotOutcome::Held => {
                 slots.remove(work_id);
-                false
+                None
             }
             SlotOutcome::Done => {
                 if stopping {
                     observer.on_slot_released(work_id);
                 }
                 slots.remove(work_id);
-                false
+                None
             }
             SlotOutcome::Lost(e) => {
                 observer.on_slot_lost(work_id, &e);
                 slots.remove(work_id);
-                true
+                Some(Instant::now())
             }
             SlotOutcome::Transient(e) => {
                 observer.on_slot_backoff(work_id, &e, self.options.backoff);
-                slots.insert(
-                    work_id.to_string(),
-                    Slot::Backoff(Instant::now() + self.options.backoff),
-                );
-                false
+                let until = Instant::now() + self.options.backoff;
+                slots.insert(work_id.to_string(), Slot::Backoff(until));
+                Some(until)
             }
             SlotOutcome::Dead(e) => {
                 observer.on_slot_dead(work_id, &e);
                 slots.insert(work_id.to_string(), Slot::Dead);
-                false
+                None
             }
         }
     }
@@ -498,11 +623,13 @@ impl Pool {
         }
     }
 
-    /// One balancing round: list the store, compute the quota, stop the
-    /// surplus or start slots on free work IDs.
+    /// One balancing round: list the store, note the finished work IDs,
+    /// compute the share, stop the surplus or start slots on free work IDs
+    /// (see the module docs' rules).
     async fn round<F, Fut>(
         &self,
         slots: &mut HashMap<String, Slot>,
+        finished: &mut HashSet<String>,
         tasks: &mut JoinSet<(String, SlotOutcome)>,
         runner: &Runner,
         work: &Arc<F>,
@@ -517,6 +644,27 @@ impl Pool {
                 return;
             }
         };
+        if let Some(done_ids) = &self.done_ids {
+            let listed: HashSet<&str> = infos.iter().map(|i| i.work_id.as_str()).collect();
+            for (w, record) in self.work_ids.iter().zip(done_ids) {
+                if listed.contains(record.as_str()) {
+                    finished.insert(w.to_string());
+                }
+            }
+        }
+        // The work IDs still to do, in the configured order.
+        let open: Vec<&str> = self
+            .work_ids
+            .iter()
+            .map(WorkId::as_str)
+            .filter(|w| !finished.contains(*w))
+            .collect();
+        let w = open.len();
+        if w == 0 {
+            return;
+        }
+        let open_set: HashSet<&str> = open.iter().copied().collect();
+
         let me = self.leases.holder_id().to_string();
         let mut members: Vec<String> = infos
             .iter()
@@ -531,29 +679,60 @@ impl Pool {
         members.dedup();
         let n = members.len();
         let rank = members.iter().position(|m| *m == me).unwrap_or(0);
-        let w = self.work_ids.len();
-        let quota = w / n + usize::from(rank < w % n);
+        let floor = w / n;
+        let ceil = floor + usize::from(w % n != 0);
+        let quota = floor + usize::from(rank < w % n);
 
         // Drop finished back-offs.
         let now = Instant::now();
         slots.retain(|_, s| !matches!(s, Slot::Backoff(t) if *t <= now));
 
+        // Live leases of the other holders on open work IDs, and how many
+        // each holds. A work ID is free when neither another holder's live
+        // lease nor a slot of this pool has it (a lease of this holder
+        // without a slot was lost: it is taken again at once).
+        let mut elsewhere: HashSet<&str> = HashSet::new();
+        let mut others: HashMap<&str, usize> = HashMap::new();
+        for i in infos
+            .iter()
+            .filter(|i| !i.expired && i.holder_id != me && open_set.contains(i.work_id.as_str()))
+        {
+            elsewhere.insert(i.work_id.as_str());
+            *others.entry(i.holder_id.as_str()).or_default() += 1;
+        }
+
         let mut held: Vec<String> = slots
             .iter()
-            .filter(|(_, s)| {
-                matches!(
-                    s,
-                    Slot::Running {
-                        stopping: false,
-                        ..
-                    }
-                )
+            .filter(|(k, s)| {
+                open_set.contains(k.as_str())
+                    && matches!(
+                        s,
+                        Slot::Running {
+                            stopping: false,
+                            ..
+                        }
+                    )
             })
             .map(|(k, _)| k.clone())
             .collect();
-        if held.len() > quota {
+        let h = held.len();
+        let free = |slots: &HashMap<String, Slot>, id: &str| {
+            !elsewhere.contains(id) && !slots.contains_key(id)
+        };
+        let any_free = open.iter().any(|id| free(slots, id));
+        let starved = members
+            .iter()
+            .any(|m| *m != me && others.get(m.as_str()).copied().unwrap_or(0) < floor);
+        let surplus = if h > ceil {
+            h - ceil
+        } else if h == ceil && h > quota && starved && !any_free {
+            1
+        } else {
+            0
+        };
+        if surplus > 0 {
             held.sort();
-            for id in held.iter().skip(quota) {
+            for id in held.iter().skip(h - surplus) {
                 if let Some(Slot::Running { stop, stopping }) = slots.get_mut(id) {
                     stop.cancel();
                     *stopping = true;
@@ -561,12 +740,7 @@ impl Pool {
             }
             return;
         }
-        let live_elsewhere: HashSet<&str> = infos
-            .iter()
-            .filter(|i| !i.expired && i.holder_id != me)
-            .map(|i| i.work_id.as_str())
-            .collect();
-        let mut room = quota - held.len();
+        let mut room = quota.saturating_sub(h);
         // Each member scans from its own offset, so members that look at
         // once do not all race for the same free work IDs.
         let start = rank * w / n;
@@ -574,11 +748,10 @@ impl Pool {
             if room == 0 {
                 break;
             }
-            let Some(id) = self.work_ids.get((start + i) % w) else {
+            let Some(id) = open.get((start + i) % w).copied() else {
                 break;
             };
-            let id = id.as_str();
-            if slots.contains_key(id) || live_elsewhere.contains(id) {
+            if !free(slots, id) {
                 continue;
             }
             room -= 1;
