@@ -13,7 +13,11 @@
 //! worklease checkpoint get [--token T] [--store URL] [--json]
 //! worklease release --force [--store URL] WORK_ID
 //! worklease elect  [--store URL] [--ttl 15s] [--poll 2s] [--holder ID] [--grace TTL/4] ELECTION -- CMD [ARGS...]
+//! worklease pool   [--store URL] [--ttl 15s] [--holder ID] [--grace TTL/4] [--backoff 1s] [--pool-name pool] --work-ids ID,ID,... [--work-ids-file FILE] -- CMD [ARGS...]
 //! ```
+//!
+//! `pool` shares a fixed set of work IDs fairly between the pool processes
+//! of one name and runs CMD once per work ID it holds (see [`pool`]).
 //!
 //! ## The store
 //!
@@ -23,9 +27,12 @@
 //! `$HOME/.local/share/worklease/leases.db` or
 //! `/var/lib/worklease/leases.db`, the first whose variable is set. URLs:
 //! `sqlite:PATH`, `sqlite://PATH` (one host), `memory:` (private to one
-//! process), `postgres://user@host:port/db?table=...` and
-//! `redis://host:port/db?prefix=...` (across machines); `etcd://` and
-//! `s3://` are refused as not built yet. URLs
+//! process), `postgres://user@host:port/db?table=...`,
+//! `redis://host:port/db?prefix=...`, `etcd://host:2379,host:2379?prefix=...`
+//! and `s3://BUCKET/PREFIX?endpoint=URL&region=REGION` (across machines;
+//! S3 credentials from the `AWS_*` variables). An `s3://` store has no
+//! clock and judges expiry by observation: `status` shows its held leases
+//! as `held?` and `run` without `--wait` cannot say when one expires. URLs
 //! are shown only with their passwords masked. `run`, `elect` and `demo`
 //! create a missing SQLite file (and its directories); `status`, `release`
 //! and `checkpoint` refuse it ("no store at PATH", exit 69) and create
@@ -70,6 +77,7 @@ mod checkpoint;
 mod demo;
 mod elect;
 mod exit;
+mod pool;
 mod progress;
 mod release;
 mod run;
@@ -94,18 +102,26 @@ Examples:
   worklease checkpoint set \"page 7\"
   worklease checkpoint get
 
+  # A fleet shares 12 shards: run this on every machine; each runs its
+  # share, one child per shard (the shard in WORKLEASE_WORK_ID).
+  worklease pool --work-ids shard-0,shard-1,...,shard-11 -- ./process-shard.sh
+
   # Who holds what?
   worklease status
 
 Store: --store URL or WORKLEASE_STORE. Across machines:
-postgres://user@host:5432/db?table=worklease_leases or
-redis://host:6379/0?prefix=worklease: (passwords are never printed). On one
-host: sqlite:PATH; the default is the SQLite file $WORKLEASE_HOME/leases.db,
-else $XDG_DATA_HOME/worklease/leases.db, else $HOME/.local/share/worklease/leases.db,
-else /var/lib/worklease/leases.db. etcd:// and s3:// are not built yet. status, release and checkpoint
-never create a store: a missing SQLite file is an error (exit 69).
+postgres://user@host:5432/db?table=worklease_leases,
+redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklease/
+or s3://BUCKET/PREFIX?endpoint=URL&region=REGION (endpoint and region optional;
+credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or another AWS_*
+source; expiry judged by observation, see `status --help`). Passwords are
+never printed. On one host: sqlite:PATH; the default is the SQLite file
+$WORKLEASE_HOME/leases.db, else $XDG_DATA_HOME/worklease/leases.db, else
+$HOME/.local/share/worklease/leases.db, else /var/lib/worklease/leases.db.
+status, release and checkpoint never create a store: a missing SQLite file is
+an error (exit 69).
 Logs go to stderr (warnings by default; -v debug, -vv trace, -q errors only, or RUST_LOG;
---log-format json for one JSON object per line). run and elect serve Prometheus metrics
+--log-format json for one JSON object per line). run, elect and pool serve Prometheus metrics
 with --metrics-addr 127.0.0.1:PORT (docs/metrics.md).
 ";
 
@@ -145,7 +161,12 @@ token is refused with 76; pass WORKLEASE_FENCING_TOKEN to downstream writes).
 
 With --wait, a waiter retries every --poll: with SQLite, waiters in other
 processes notice a release at their next poll; only stores with notifications
-wake them at once. An expired lease is taken within TTL + --poll.
+wake them at once. An expired lease is taken within TTL + --poll. An s3://
+store has no clock and judges expiry by observation: without --wait, run
+cannot say when the holder's lease expires; with --wait, a lease whose holder
+stopped renewing is taken once the waiter has seen it unchanged for the
+holder's TTL, that is within TTL + --poll of its last renewal or of the start
+of the wait, whichever is later.
 
 Exit status: the child's (128+N if signal N ended it); 75 held by another
 (without --wait); 76 lease lost; 64 usage error; 69 store failure;
@@ -193,14 +214,87 @@ Examples:
   worklease elect --store sqlite:/srv/leases.db --holder node-1 compactor -- ./compact
 ";
 
+const POOL_HELP: &str = "\
+Shares the work IDs between the pool processes of one --pool-name (on one
+host with SQLite; across machines with a networked store): each holds a
+membership lease <NAME>/members/<HOLDER> and, every TTL/3, takes its share
+of the work IDs not done yet (W of them over n live pools: ceil(W/n) or
+floor(W/n) each), gives back its surplus and takes free work IDs. A pool
+starts its first commands one round (TTL/3) after it starts: it first
+writes its membership, so that pools started together each start only
+their share. Give every pool of one name the same work IDs; pools over
+other sets need another name.
+
+Work IDs and their checkpoints are global, not scoped by --pool-name (only
+<NAME>/members/ and <NAME>/done/ are): give each run its own work IDs, e.g.
+--work-ids reindex-2024-06/shard-0,reindex-2024-06/shard-1,... A work ID
+reused from an earlier run resumes from that run's checkpoint (complete, if
+it finished). One reuse is refused (64, nothing written): a work ID that a
+pool of another name recorded done.
+
+For each work ID it holds, the pool runs CMD in its own process group with
+the environment of `worklease run` (WORKLEASE_WORK_ID, WORKLEASE_HOLDER_ID,
+WORKLEASE_FENCING_TOKEN, WORKLEASE_TOKEN, WORKLEASE_STORE) and stdin
+/dev/null; stdout and stderr are the pool's. Inside, `worklease checkpoint
+get|set` read and save that work ID's progress.
+
+When the child exits:
+  0 (on its own, lease held)  the work ID is done: the pool records it as
+                              <NAME>/done/<WORK_ID> and releases it; no pool
+                              of that name runs CMD for it again
+  non-zero, or a signal       the work ID is released and CMD started again
+                              after --backoff (here, or at once elsewhere)
+A child the pool stops is never done, whatever its status: when its lease
+is lost (SIGTERM at once, SIGKILL after --grace, at the lease deadline at
+the latest), when its work ID is handed to another pool for balance
+(SIGTERM, SIGKILL after --grace, then a clean release), and on shutdown.
+SIGINT, SIGTERM, SIGHUP or SIGQUIT to the pool: that signal to every child's
+group, SIGKILL after --grace, every work ID released, exit 128+N. SIGUSR1 and
+SIGUSR2 are forwarded to every child; Ctrl-Z stops them all, then the pool.
+If the pool dies, its children get SIGKILL and the other pools take its work
+IDs over within TTL + 2 rounds. Every round reads the done records before
+acquiring anything: a done work ID is never taken again (its lease keeps
+the holder and fencing token that finished it) and leaves the shares. The
+children's stdout and stderr are all the pool's, interleaved. `worklease
+status` shows the members, who holds each work ID and the done records.
+
+Exactly once: one child at a time per work ID, each work ID done once. A
+killed child's successor resumes from the last checkpoint and may redo what
+came after it: make CMD idempotent given its checkpoint, and exit 0 at once
+when its checkpoint says it is complete (a pool that died right after its
+child exited 0 leaves that work ID to run once more). Done records stay, as
+checkpoints do: to run the same work again, use new work IDs (and a new
+--pool-name).
+
+Exit status: 0 every work ID is done; 128+N a signal stopped the pool; 64
+usage error (no work IDs, more than 1024, a duplicate or invalid one, an
+empty or invalid --pool-name, no command, a work ID done by a pool of
+another name); 69 store failure; 70 a work ID failed for good; 126/127 CMD cannot
+be executed / was not found (every child is stopped first).
+
+Examples:
+  worklease pool --work-ids shard-0,shard-1,shard-2,shard-3 -- ./process-shard.sh
+  worklease pool --store postgres://wl@db/leases --ttl 30s --work-ids-file shards.txt -- ./consume
+  worklease pool --pool-name nightly-2024-06-01 \\
+      --work-ids nightly-2024-06-01/a,nightly-2024-06-01/b -- sh -c './work \"$WORKLEASE_WORK_ID\"'
+";
+
 const STATUS_HELP: &str = "\
-Columns: work ID, holder, fencing token, expires in (or expired/released),
-checkpoint size, and whether the last hand-off was clean (the holder before
-released). --json prints one JSON object per lease per line with the fields
-work_id, holder_id, fencing_token, expires_at (RFC 3339), expired, released,
-checkpoint_bytes, clean_handoff, ended (null while live, else released,
-expired or revoked) and previous_holder (null on the first acquisition, else
-{holder_id, fencing_token, ended}).
+Columns: work ID, holder, fencing token, expires in (or expired, released,
+revoked, held?), checkpoint size, and whether the last hand-off was clean (the
+holder before released). --json prints one JSON object per lease per line with
+the fields work_id, holder_id, fencing_token, expires_at (RFC 3339), expired,
+released, checkpoint_bytes, clean_handoff, ended (null while live, else
+released, expired or revoked), previous_holder (null on the first acquisition,
+else {holder_id, fencing_token, ended}) and expiry (by-store-clock or
+by-observation).
+
+held? (expiry by-observation, expires_at null): the store has no clock (s3://)
+and judges expiry by observation: a lease counts as expired only once it has
+been seen unchanged for a full TTL, so one look cannot tell whether a held
+lease's holder still renews, and such a lease shows expired: false even if its
+holder died. status --watch keeps looking and shows it expired one TTL after
+its first look; run --wait takes it over then.
 
 status never creates a store: a SQLite file that does not exist is an error.
 
@@ -217,6 +311,7 @@ Examples:
   worklease status nightly-report shard-7
   worklease status --watch
   worklease status --json | jq 'select(.expired | not) | .work_id'
+      (leases not known to have ended: on s3://, also held? ones)
 ";
 
 const CHECKPOINT_HELP: &str = "\
@@ -308,6 +403,10 @@ enum Command {
     /// Run a command only while this process leads an election.
     #[command(after_help = ELECT_HELP)]
     Elect(ElectArgs),
+    /// Run a command per work ID this process holds, sharing a set of work
+    /// IDs fairly with the other pools of the same name.
+    #[command(after_help = POOL_HELP)]
+    Pool(PoolArgs),
     /// Show the leases in the store.
     #[command(after_help = STATUS_HELP)]
     Status(StatusArgs),
@@ -363,8 +462,9 @@ impl MetricsArg {
 /// The store option shared by every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArg {
-    /// Store URL: postgres://..., redis://..., sqlite:PATH or memory: [default: the SQLite file under
-    /// $WORKLEASE_HOME, $XDG_DATA_HOME or $HOME/.local/share/worklease]
+    /// Store URL: postgres://..., redis://..., etcd://..., s3://..., sqlite:PATH or memory:
+    /// [default: the SQLite file leases.db under $WORKLEASE_HOME, $XDG_DATA_HOME/worklease,
+    /// $HOME/.local/share/worklease or /var/lib/worklease]
     #[arg(
         long,
         value_name = "URL",
@@ -511,6 +611,63 @@ pub struct ElectArgs {
     command: Vec<OsString>,
 }
 
+/// Arguments of `worklease pool`.
+#[derive(Args, Debug)]
+pub struct PoolArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    #[command(flatten)]
+    metrics: MetricsArg,
+
+    /// TTL of each work ID's lease and of the pool's membership: renewed
+    /// every TTL/3, which is also how often the pool rebalances; after a
+    /// crash, the other pools take over within TTL + 2 rounds. E.g. 500ms,
+    /// 15s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    ttl: Duration,
+
+    /// Holder ID of this pool process, unique among the pools of one name
+    /// [default: <hostname>:<pid>].
+    #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
+    holder: Option<HolderId>,
+
+    /// How long a child's process group has between SIGTERM and SIGKILL when
+    /// the pool stops it (lease lost, hand-off, shutdown); while renewal
+    /// fails, SIGTERM comes --grace before the lease deadline [default:
+    /// TTL/4, at most 10s; at most TTL/2].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
+
+    /// How long this pool waits before starting a work ID's command again
+    /// after it failed (a non-zero exit); it is started again as soon as
+    /// this has passed (if the pool's share allows); at least 1ms.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_poll)]
+    backoff: Duration,
+
+    /// The pools of one name share the work IDs (their membership leases
+    /// are NAME/members/HOLDER, the done records NAME/done/WORK_ID); 1 to
+    /// 1024 bytes, no control characters. It does not scope the work IDs
+    /// nor their checkpoints: give each run its own work IDs.
+    #[arg(long, value_name = "NAME", default_value = "pool")]
+    pool_name: String,
+
+    /// The work IDs, comma-separated; repeatable (each 1 to 1024 bytes, no
+    /// control characters, no duplicates; 1 to 1024 work IDs in all).
+    #[arg(long, value_name = "ID,ID,...")]
+    work_ids: Vec<String>,
+
+    /// A file with one work ID per line, added to --work-ids: each line is
+    /// trimmed of surrounding whitespace (and a trailing \r); blank lines
+    /// and lines starting with # are skipped.
+    #[arg(long, value_name = "FILE")]
+    work_ids_file: Option<std::path::PathBuf>,
+
+    /// The command to run per work ID, after `--`, and its arguments.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
 /// Arguments of `worklease status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
@@ -625,7 +782,11 @@ fn parse_ttl(s: &str) -> Result<Duration, String> {
 fn parse_poll(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(1) {
-        return Err(format!("poll interval is {d:?}: it must be at least 1ms"));
+        // Shared by --poll and --backoff: clap's message names the option.
+        return Err(format!(
+            "{} is too short: it must be at least 1ms",
+            humantime::format_duration(d)
+        ));
     }
     Ok(d)
 }
@@ -653,8 +814,15 @@ fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
         (_, _, true) => EnvFilter::new("error"),
         (Some(_), 0, _) => EnvFilter::from_default_env(),
         (_, 0, _) => EnvFilter::new("warn"),
-        (_, 1, _) => EnvFilter::new("debug"),
-        _ => EnvFilter::new("trace"),
+        // The gRPC and HTTP stacks under the etcd and S3 stores log every
+        // frame at debug: -v and -vv are about leases, so they stay at
+        // warn / info there (RUST_LOG still opens them up).
+        (_, 1, _) => EnvFilter::new(
+            "debug,h2=warn,hyper=warn,hyper_util=warn,tower=warn,tonic=warn,reqwest=warn",
+        ),
+        _ => EnvFilter::new(
+            "trace,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,reqwest=info",
+        ),
     };
     // With -v, a line when each lease operation's span closes: it carries
     // the fields recorded at the end (outcome, duration_ms).
@@ -685,6 +853,7 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
         Command::Release(args) => release::release(args).await,
         Command::Elect(args) => elect::elect(args).await,
+        Command::Pool(args) => pool::pool(args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoShard(args) => demo::demo_shard(args).await,
     }

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
-use worklease::store::url;
+use worklease::store::{url, ExpiryClock};
 use worklease::{LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder, WorkId};
 
 use crate::exit::{self, Failure};
@@ -11,13 +11,19 @@ use crate::run::fmt_secs;
 use crate::StatusArgs;
 
 /// One lease as `status --json` prints it: the eight fields of SPEC §4,
-/// then how the lease ended and who held it before.
+/// then how the lease ended, who held it before, and how the store judges
+/// expiry.
 #[derive(Serialize)]
 struct LeaseJson<'a> {
     work_id: &'a str,
     holder_id: &'a str,
     fencing_token: u64,
-    expires_at: String,
+    /// `null` for a held lease in a store that judges expiry by
+    /// observation: one look cannot tell when it expires.
+    expires_at: Option<String>,
+    /// False until the lease is known to have ended; in a store that judges
+    /// expiry by observation, a held lease counts as expired only once this
+    /// process has seen it unchanged for a TTL (`--watch`).
     expired: bool,
     released: bool,
     checkpoint_bytes: usize,
@@ -27,6 +33,22 @@ struct LeaseJson<'a> {
     ended: Option<&'static str>,
     /// `null` on the first acquisition of the work ID.
     previous_holder: Option<PreviousJson<'a>>,
+    /// `by-store-clock` or `by-observation` (see [`expiry_name`]).
+    expiry: &'static str,
+}
+
+/// How `status` names a store's [`ExpiryClock`].
+fn expiry_name(clock: ExpiryClock) -> &'static str {
+    match clock {
+        ExpiryClock::Store => "by-store-clock",
+        ExpiryClock::Observation => "by-observation",
+    }
+}
+
+/// True for a lease whose end one look cannot tell: held, in a store that
+/// judges expiry by observation, and not yet seen unchanged for its TTL.
+fn unconfirmed(info: &LeaseInfo, clock: ExpiryClock) -> bool {
+    clock == ExpiryClock::Observation && !info.expired
 }
 
 /// The holder before the current acquisition, as `status --json` and
@@ -48,19 +70,22 @@ impl<'a> From<&'a PreviousHolder> for PreviousJson<'a> {
     }
 }
 
-impl<'a> From<&'a LeaseInfo> for LeaseJson<'a> {
-    fn from(info: &'a LeaseInfo) -> Self {
+impl<'a> LeaseJson<'a> {
+    /// `info` from a store whose expiry is judged by `clock`.
+    fn new(info: &'a LeaseInfo, clock: ExpiryClock) -> Self {
         Self {
             work_id: info.work_id.as_str(),
             holder_id: &info.holder_id,
             fencing_token: info.fencing_token,
-            expires_at: humantime::format_rfc3339_millis(info.expires_at).to_string(),
+            expires_at: (!unconfirmed(info, clock))
+                .then(|| humantime::format_rfc3339_millis(info.expires_at).to_string()),
             expired: info.expired,
             released: info.released,
             checkpoint_bytes: info.checkpoint_bytes,
             clean_handoff: info.handoff.is_clean(),
             ended: info.ended.map(LeaseEnd::as_str),
             previous_holder: info.handoff.previous.as_ref().map(PreviousJson::from),
+            expiry: expiry_name(clock),
         }
     }
 }
@@ -78,7 +103,7 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
         return watch(&args, &store_url, store.as_ref()).await;
     }
     let leases = leases(store.as_ref(), &args.work_ids).await?;
-    let out = render(&leases, &store_url, args.json)?;
+    let out = render(&leases, store.as_ref(), &store_url, args.json)?;
     write_stdout(&out)?;
 
     let unknown: Vec<&str> = args
@@ -103,12 +128,19 @@ async fn leases(store: &dyn LeaseStore, work_ids: &[WorkId]) -> Result<Vec<Lease
     Ok(leases)
 }
 
-/// The table (after a `store:` line) or the JSON lines.
-fn render(leases: &[LeaseInfo], store_url: &str, json: bool) -> Result<Vec<u8>, Failure> {
+/// The table (after a `store:` line, and followed by a note on `held?`
+/// when a row has it) or the JSON lines, of `leases` in `store`.
+fn render(
+    leases: &[LeaseInfo],
+    store: &dyn LeaseStore,
+    store_url: &str,
+    json: bool,
+) -> Result<Vec<u8>, Failure> {
+    let clock = store.expiry_clock();
     let mut out = Vec::new();
     if json {
         for info in leases {
-            let line = serde_json::to_string(&LeaseJson::from(info))
+            let line = serde_json::to_string(&LeaseJson::new(info, clock))
                 .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
             out.extend_from_slice(line.as_bytes());
             out.push(b'\n');
@@ -118,7 +150,10 @@ fn render(leases: &[LeaseInfo], store_url: &str, json: bool) -> Result<Vec<u8>, 
         if leases.is_empty() {
             out.extend_from_slice(b"no leases\n");
         } else {
-            out.extend_from_slice(table(leases).as_bytes());
+            out.extend_from_slice(table(leases, clock).as_bytes());
+            if leases.iter().any(|l| unconfirmed(l, clock)) {
+                out.extend_from_slice(held_note(store.kind()).as_bytes());
+            }
         }
     }
     Ok(out)
@@ -177,7 +212,7 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
                 out.push(b'\n');
             }
         }
-        out.extend(render(&leases, store_url, args.json)?);
+        out.extend(render(&leases, store, store_url, args.json)?);
         first = false;
         if !write_stdout_until_closed(&out)? {
             return Ok(0);
@@ -204,11 +239,23 @@ fn write_stdout_until_closed(bytes: &[u8]) -> Result<bool, Failure> {
     }
 }
 
-fn expires(info: &LeaseInfo) -> String {
+/// What the table says below itself when a row is `held?`, for a store
+/// of kind `kind` that judges expiry by observation.
+fn held_note(kind: &str) -> String {
+    format!(
+        "held?: held when last written. The {kind} store judges expiry by observation, so one \
+         look cannot tell whether its holder still renews; status --watch shows such a lease \
+         expired once it has seen it unchanged for a TTL, and run --wait takes it over then.\n"
+    )
+}
+
+fn expires(info: &LeaseInfo, clock: ExpiryClock) -> String {
     if let Some(ended) = info.ended {
         ended.as_str().to_string()
     } else if info.expired {
         "expired".to_string()
+    } else if unconfirmed(info, clock) {
+        "held?".to_string()
     } else {
         match info.expires_in {
             Some(d) => fmt_secs(d),
@@ -226,7 +273,7 @@ fn handoff(info: &LeaseInfo) -> String {
 }
 
 /// The leases as an aligned table with a header.
-fn table(leases: &[LeaseInfo]) -> String {
+fn table(leases: &[LeaseInfo], clock: ExpiryClock) -> String {
     let header = [
         "WORK ID",
         "HOLDER",
@@ -242,7 +289,7 @@ fn table(leases: &[LeaseInfo]) -> String {
                 info.work_id.to_string(),
                 info.holder_id.clone(),
                 info.fencing_token.to_string(),
-                expires(info),
+                expires(info, clock),
                 format!("{} B", info.checkpoint_bytes),
                 handoff(info),
             ]
@@ -310,7 +357,8 @@ mod tests {
     #[test]
     fn json_has_the_spec_fields_and_how_the_lease_ended() {
         let i = info("job", false, false);
-        let v: serde_json::Value = serde_json::to_value(LeaseJson::from(&i)).unwrap();
+        let v: serde_json::Value =
+            serde_json::to_value(LeaseJson::new(&i, ExpiryClock::Store)).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
@@ -321,6 +369,7 @@ mod tests {
                 "ended",
                 "expired",
                 "expires_at",
+                "expiry",
                 "fencing_token",
                 "holder_id",
                 "previous_holder",
@@ -329,6 +378,7 @@ mod tests {
             ]
         );
         assert_eq!(v["expires_at"], "2026-01-01T00:00:00.123Z");
+        assert_eq!(v["expiry"], "by-store-clock");
         assert_eq!(v["clean_handoff"], true);
         assert_eq!(v["ended"], serde_json::Value::Null);
         assert_eq!(
@@ -339,7 +389,7 @@ mod tests {
         let mut revoked = info("job", false, true);
         revoked.ended = Some(LeaseEnd::Revoked);
         revoked.handoff.previous = None;
-        let v = serde_json::to_value(LeaseJson::from(&revoked)).unwrap();
+        let v = serde_json::to_value(LeaseJson::new(&revoked, ExpiryClock::Store)).unwrap();
         assert_eq!(v["ended"], "revoked");
         assert_eq!(v["previous_holder"], serde_json::Value::Null);
         assert_eq!(v["clean_handoff"], false);
@@ -347,7 +397,10 @@ mod tests {
 
     #[test]
     fn table_is_aligned_and_readable() {
-        let t = table(&[info("a-long-work-id", false, false), info("b", true, true)]);
+        let t = table(
+            &[info("a-long-work-id", false, false), info("b", true, true)],
+            ExpiryClock::Store,
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3, "{t}");
         assert!(lines[0].starts_with("WORK ID         HOLDER"), "{t}");
@@ -359,5 +412,64 @@ mod tests {
         let col = lines[0].find("HOLDER").unwrap();
         assert_eq!(lines[1].find("host:1"), Some(col), "{t}");
         assert_eq!(lines[2].find("host:1"), Some(col), "{t}");
+    }
+
+    /// A store that judges expiry by observation (a register, as S3): a
+    /// held lease is `held?` with a note under the table, and in JSON has
+    /// no `expires_at`; ended leases show as in any store.
+    #[tokio::test]
+    async fn a_lease_judged_by_observation_is_held_unconfirmed() {
+        use worklease::store::register::{MemoryRegister, RegisterStore};
+        use worklease::HolderId;
+        let store = RegisterStore::new(MemoryRegister::new());
+        let (held, released) = (WorkId::new("held").unwrap(), WorkId::new("rel").unwrap());
+        let holder = HolderId::new("vm:1").unwrap();
+        let ttl = Duration::from_secs(4);
+        store.acquire(&held, &holder, ttl).await.unwrap();
+        let grant = store.acquire(&released, &holder, ttl).await.unwrap();
+        store
+            .release(worklease::store::LeaseRef {
+                work_id: &released,
+                holder_id: &holder,
+                fencing_token: grant.fencing_token,
+            })
+            .await
+            .unwrap();
+        let leases = leases(&store, &[]).await.unwrap();
+
+        let text = String::from_utf8(render(&leases, &store, "memory:", false).unwrap()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[2].starts_with("held ") && lines[2].contains("held?"),
+            "{text}"
+        );
+        assert!(!lines[2].contains("live"), "{text}");
+        assert!(lines[3].contains("released"), "{text}");
+        assert!(
+            lines[4].starts_with("held?: ")
+                && lines[4].contains("memory-register store judges expiry by observation"),
+            "{text}"
+        );
+
+        let json = render(&leases, &store, "memory:", true).unwrap();
+        let rows: Vec<serde_json::Value> = json
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(rows[0]["work_id"], "held");
+        assert_eq!(rows[0]["expires_at"], serde_json::Value::Null);
+        assert_eq!(rows[0]["expired"], false);
+        assert_eq!(rows[0]["expiry"], "by-observation");
+        assert_eq!(rows[1]["work_id"], "rel");
+        assert!(rows[1]["expires_at"].is_string(), "{}", rows[1]);
+        assert_eq!(rows[1]["expiry"], "by-observation");
+
+        // A store with a clock never says held? nor adds the note.
+        let memory = worklease::store::memory::MemoryStore::new();
+        memory.acquire(&held, &holder, ttl).await.unwrap();
+        let leases = super::leases(&memory, &[]).await.unwrap();
+        let text = String::from_utf8(render(&leases, &memory, "memory:", false).unwrap()).unwrap();
+        assert!(!text.contains("held?"), "{text}");
     }
 }

@@ -6,7 +6,9 @@
 //! no sleep stands in for an event.
 
 mod common;
-use common::{holder_script, poll_until, BIN, LONG};
+use common::{
+    group_stopped, holder_script, poll_until, process_gone, process_state, stopped, BIN, LONG,
+};
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -188,55 +190,8 @@ impl Drop for Running {
     }
 }
 
-/// The state letter of `pid` in `/proc/PID/stat` (`R`, `S`, `T`, `Z`...),
-/// `None` once it is gone.
-fn process_state(pid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-fn stopped(pid: i32) -> bool {
-    matches!(process_state(pid), Some('T' | 't'))
-}
-
-/// True when process group `group` has members, and none of them runs: each
-/// is stopped, or waits uninterruptibly (a shell whose vfork child was
-/// stopped before its exec), or is a zombie.
-fn group_stopped(group: i32) -> bool {
-    let mut states = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(group) {
-            states.push(fields[0].to_string());
-        }
-    }
-    states.iter().any(|s| s == "T")
-        && states
-            .iter()
-            .all(|s| matches!(s.as_str(), "T" | "t" | "D" | "Z" | "X"))
-}
-
 fn signal(pid: i32, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("send a signal");
-}
-
-/// True once `pid` no longer runs (gone, or a zombie nobody reaped yet).
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
 }
 
 fn stderr(out: &Output) -> String {
@@ -665,6 +620,9 @@ fn usage_errors_exit_64() {
         &["run", "--store", "bogus://x", "job", "--", "true"],
         &["run", "--store", "/tmp/leases.db", "job", "--", "true"],
         &["run", "job"],
+        &["run", "job", "--", ""],
+        &["elect", "job", "--", ""],
+        &["run", "--poll", "0s", "job", "--", "true"],
         &["run", "--no-such-flag", "job", "--", "true"],
         &["status", "--store", "bogus://x"],
         &["release", "job"],
@@ -685,6 +643,14 @@ fn usage_errors_exit_64() {
             "worklease {args:?} said nothing"
         );
     }
+    // An empty program name is refused before the store is touched.
+    assert!(!w.store_path().exists(), "a usage error created the store");
+    let out = w.output(&["run", "job", "--", ""]);
+    assert!(
+        stderr(&out).contains("no command: the program name after `--` is empty"),
+        "{}",
+        stderr(&out)
+    );
     let out = w.output(&["run", "--store", "bogus://x", "job", "--", "true"]);
     assert!(
         stderr(&out).contains("unknown store scheme"),
@@ -766,6 +732,7 @@ fn status_shows_live_and_released_leases() {
         "clean_handoff",
         "ended",
         "previous_holder",
+        "expiry",
     ]
     .into();
     for v in &lines {
@@ -777,6 +744,8 @@ fn status_shows_live_and_released_leases() {
             .collect();
         assert_eq!(keys, fields);
         humantime::parse_rfc3339(v["expires_at"].as_str().expect("string")).expect("RFC 3339");
+        // SQLite judges expiry by its own clock (an s3:// store by observation).
+        assert_eq!(v["expiry"], "by-store-clock");
     }
     let done = &lines[0];
     assert_eq!(done["work_id"], "done");
@@ -1422,4 +1391,64 @@ fn a_child_stopped_because_renewal_keeps_failing_makes_run_exit_76() {
     drop(lock);
     assert_eq!(code(status), 76, "{err}");
     assert!(err.contains("worklease: exit 76"), "{err}");
+}
+
+#[test]
+fn a_child_that_exits_inside_its_lease_keeps_its_status_when_the_release_fails() {
+    let w = World::new();
+    // TTL 3s; the release waits on the store's write lock, which the test
+    // holds until the lease has expired by the store's clock: the release
+    // then finds it expired. The child had exited long before.
+    let a = w.spawn(&[
+        "run",
+        "--ttl",
+        "3s",
+        "--holder",
+        "alpha",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &format!("{}; exit 0", holder_script("a")),
+    ]);
+    w.wait_for_file("a.started", LONG);
+    let lock = w.lock_store();
+    w.touch("a.stop");
+    let child: i32 = w.read("a.pid").trim().parse().expect("pid");
+    assert!(
+        poll_until(LONG, || process_gone(child)),
+        "the child did not exit"
+    );
+    // No renewal can commit while the test holds the write lock: the
+    // lease's expiry is the one in its row now (read inside the test's own
+    // transaction). Let the release through once that has passed (the
+    // store's clock has millisecond steps: a little after).
+    let expires_ms: u64 = lock
+        .query_row(
+            "SELECT expires_at_unix_ms FROM worklease_leases WHERE work_id = 'job'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the lease row");
+    let expired = || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970");
+        now > Duration::from_millis(expires_ms + 100)
+    };
+    assert!(poll_until(LONG, expired), "the lease never expired");
+    drop(lock);
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    assert!(
+        err.contains("the lease could not be released"),
+        "no warning that the release failed: {err}"
+    );
+    assert!(
+        !err.contains("exit 76") && !err.contains("worklease:"),
+        "the status is the child's: {err}"
+    );
+    let out = w.output(&["status", "--json", "job"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["ended"], "expired", "{v}");
 }

@@ -5,6 +5,14 @@
 //! Real `worklease` processes against a SQLite file in a temporary
 //! directory; synchronisation is by files the children create and by lines
 //! the processes write, polled in bounded loops, as in `tests/cli.rs`.
+//!
+//! Also what an operator reads of an S3 store (expiry judged by
+//! observation, a missing bucket, missing credentials), against the
+//! S3-compatible server of `WORKLEASE_TEST_S3_URL` (default
+//! `s3://worklease-test/worklease-test?endpoint=http://127.0.0.1:5000&region=us-east-1`;
+//! `.ci/services/moto.sh` starts moto, creates the bucket and exports it
+//! with dummy `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`), each test
+//! under a prefix of its own; and the store URLs `--help` lists.
 
 mod common;
 use common::{holder_script, poll_until, BIN, LONG};
@@ -345,4 +353,263 @@ fn metrics_addresses_take_host_names_and_refuse_port_0() {
         .status()
         .expect("run worklease");
     assert_eq!(status.code(), Some(0), "a host name is resolved");
+}
+
+/// The test S3 server's URL with a prefix of this test's own below the
+/// URL's, so tests share nothing.
+fn s3_url() -> String {
+    let base = std::env::var("WORKLEASE_TEST_S3_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| {
+            "s3://worklease-test/worklease-test?endpoint=http://127.0.0.1:5000&region=us-east-1"
+                .to_string()
+        });
+    let unique = format!("/operator-{:016x}", rand::random::<u64>());
+    match base.find('?') {
+        Some(q) => format!("{}{unique}{}", base[..q].trim_end_matches('/'), &base[q..]),
+        None => format!("{}{unique}", base.trim_end_matches('/')),
+    }
+}
+
+/// `worklease ARGS` on the store `url`, its output captured.
+fn on_store(w: &World, url: &str, args: &[&str]) -> Command {
+    let mut cmd = w.cmd(args);
+    cmd.env("WORKLEASE_STORE", url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn output(mut cmd: Command) -> (Option<i32>, String, String) {
+    let out = cmd.output().expect("run worklease");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// After a holder crashed on S3, one look cannot tell whether the lease
+/// still lives: `run` without `--wait` says so and claims no countdown,
+/// `status` shows the lease `held?` (explained under the table) and in
+/// JSON with no `expires_at` and `expiry: by-observation`; `status
+/// --watch` shows it expired once it has watched it unchanged for the TTL.
+#[test]
+fn on_s3_run_and_status_say_expiry_is_judged_by_observation() {
+    use std::os::unix::process::ExitStatusExt;
+    let w = World::new();
+    let url = s3_url();
+    let ttl = Duration::from_secs(2);
+    // The holder's child SIGKILLs the holder: a crash with the lease held.
+    let crashed = w
+        .cmd(&[
+            "run",
+            "--ttl",
+            "2s",
+            "--holder",
+            "vm:1",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $PPID",
+        ])
+        .env("WORKLEASE_STORE", &url)
+        .status()
+        .expect("run worklease");
+    assert_eq!(crashed.signal(), Some(9), "{crashed:?}");
+
+    let (code, _, err) = output(on_store(&w, &url, &["run", "job", "--", "true"]));
+    assert_eq!(code, Some(75), "{err}");
+    for want in [
+        "\"job\" is held by \"vm:1\"",
+        "not waiting: pass --wait",
+        "s3 store judges expiry by observation",
+        "one look cannot tell whether the holder is still renewing",
+        "With --wait, worklease takes the lease over once it has seen it unchanged for the \
+         holder's full TTL",
+    ] {
+        assert!(err.contains(want), "{want:?} missing: {err}");
+    }
+    assert!(!err.contains("expires in"), "no countdown: {err}");
+
+    let (code, table, err) = output(on_store(&w, &url, &["status"]));
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("store: s3://"), "{table}");
+    assert!(
+        lines[2].starts_with("job") && lines[2].contains("vm:1") && lines[2].contains("held?"),
+        "{table}"
+    );
+    assert!(!table.contains("live"), "{table}");
+    assert!(
+        lines[3].starts_with("held?: ") && lines[3].contains("judges expiry by observation"),
+        "{table}"
+    );
+
+    let (code, json, err) = output(on_store(&w, &url, &["status", "--json"]));
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("one JSON line");
+    assert_eq!(v["holder_id"], "vm:1");
+    assert_eq!(v["expires_at"], serde_json::Value::Null);
+    assert_eq!(v["expired"], false);
+    assert_eq!(v["ended"], serde_json::Value::Null);
+    assert_eq!(v["expiry"], "by-observation");
+
+    // A watching status keeps its observation: expired one TTL after its
+    // first look, not sooner.
+    let started = Instant::now();
+    let mut cmd = on_store(&w, &url, &["status", "--watch", "--json", "job"]);
+    cmd.stderr(Stdio::inherit());
+    let mut child = cmd.spawn().expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut watch = Watched::start(child, stdout);
+    watch.wait_for("the lease expired", |t| t.contains("\"expired\":true"));
+    let waited = started.elapsed();
+    watch.signal(Signal::SIGTERM);
+    assert_eq!(watch.exit_code(), Some(0));
+    assert!(
+        waited >= ttl,
+        "expired after {waited:?}, before the TTL {ttl:?}"
+    );
+    let last: serde_json::Value = serde_json::from_str(
+        watch
+            .text()
+            .lines()
+            .find(|l| l.contains("\"expired\":true"))
+            .expect("the expired line"),
+    )
+    .expect("JSON");
+    assert_eq!(last["ended"], "expired");
+    assert!(last["expires_at"].is_string(), "{last}");
+    for line in watch
+        .text()
+        .lines()
+        .filter(|l| l.contains("\"expired\":false"))
+    {
+        assert!(line.contains("\"expires_at\":null"), "{line}");
+    }
+}
+
+/// The AWS variables `object_store` takes credentials from.
+const AWS_CREDENTIAL_VARIABLES: &[&str] = &[
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_SKIP_SIGNATURE",
+    "AWS_METADATA_ENDPOINT",
+];
+
+/// A bucket that does not exist is named as missing (not "contention"),
+/// and an S3-compatible endpoint without credentials fails at once naming
+/// the variables to set (not an instance-metadata error); the child never
+/// runs and nothing is written.
+#[test]
+fn on_s3_a_missing_bucket_and_missing_credentials_are_named() {
+    let w = World::new();
+    let url = s3_url();
+    let bucket = format!("worklease-missing-{:016x}", rand::random::<u64>());
+    let rest = url
+        .strip_prefix("s3://")
+        .and_then(|r| r.find(['/', '?']).map(|i| &r[i..]))
+        .expect("an s3:// URL with a bucket");
+    let no_bucket = format!("s3://{bucket}{rest}");
+    let ran = w.path("ran");
+    let touch = [
+        "run",
+        "job",
+        "--",
+        "touch",
+        ran.to_str().expect("UTF-8 path"),
+    ];
+
+    for args in [&touch[..], &["status"][..]] {
+        let (code, _, err) = output(on_store(&w, &no_bucket, args));
+        assert_eq!(code, Some(69), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("the bucket {bucket:?} does not exist")),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("contention"), "{args:?}: {err}");
+    }
+
+    for args in [&touch[..], &["status"][..]] {
+        let mut cmd = on_store(&w, &url, args);
+        for var in AWS_CREDENTIAL_VARIABLES {
+            cmd.env_remove(var);
+        }
+        let (code, _, err) = output(cmd);
+        assert_eq!(code, Some(69), "{args:?}: {err}");
+        for want in [
+            "no AWS credentials",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        ] {
+            assert!(err.contains(want), "{args:?}: {want} missing: {err}");
+        }
+        assert!(!err.contains("169.254"), "{args:?}: {err}");
+    }
+    assert!(!ran.exists(), "the child ran");
+    let (code, table, err) = output(on_store(&w, &url, &["status"]));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(table.contains("no leases"), "nothing written: {table}");
+}
+
+/// `--help` and every subcommand's `--store` help list the stores that are
+/// built, with the default SQLite file's fallbacks.
+#[test]
+fn help_lists_every_store_url() {
+    let w = World::new();
+    let help = |args: &[&str]| output(on_store(&w, "memory:", args)).1;
+    let main = help(&["--help"]);
+    assert!(!main.contains("not built"), "{main}");
+    for want in [
+        "postgres://",
+        "redis://",
+        "etcd://",
+        "s3://",
+        "sqlite:PATH",
+        "$XDG_DATA_HOME/worklease/leases.db",
+        "/var/lib/worklease/leases.db",
+    ] {
+        assert!(main.contains(want), "{want} missing: {main}");
+    }
+    for sub in [
+        &["run", "--help"][..],
+        &["elect", "--help"],
+        &["pool", "--help"],
+        &["status", "--help"],
+        &["release", "--help"],
+        &["checkpoint", "set", "--help"],
+        &["checkpoint", "get", "--help"],
+    ] {
+        let text = help(sub);
+        let store = text
+            .split("--store <URL>")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{sub:?} has no --store: {text}"));
+        let store = &store[..store.find("[env: WORKLEASE_STORE").unwrap_or(store.len())];
+        for want in [
+            "postgres://",
+            "redis://",
+            "etcd://",
+            "s3://",
+            "sqlite:PATH",
+            "memory:",
+            "/var/lib/worklease",
+        ] {
+            assert!(store.contains(want), "{sub:?}: {want} missing: {store}");
+        }
+    }
+    let status = help(&["status", "--help"]);
+    assert!(
+        status.contains("held?") && status.contains("by-observation"),
+        "{status}"
+    );
 }

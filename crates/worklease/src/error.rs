@@ -151,8 +151,12 @@ pub enum Error {
         /// Who holds it.
         holder_id: String,
         /// How long the holder's lease has left by the store's clock, where
-        /// the store can tell (a bare register cannot: see
-        /// [`crate::store::register`]).
+        /// the store can tell. A store that judges expiry by observation
+        /// ([`crate::store::ExpiryClock::Observation`], a bare register such
+        /// as S3) cannot: there it is this process's own upper bound, the
+        /// time until it would count the lease expired if it sees no
+        /// renewal (a full TTL on a first look), not a countdown; see
+        /// [`crate::store::register`].
         expires_in: Option<Duration>,
     },
     /// The token's lease expired and nobody has taken it since

@@ -38,6 +38,13 @@ pub struct Suite {
     /// [`conformance_tests!`](crate::conformance_tests)); checks that need
     /// sub-millisecond steps move the clock by hand then.
     pub paused: bool,
+    /// How much later than its TTL the store may end a lease; default
+    /// zero (millisecond precision). A store whose clock counts in coarser
+    /// steps declares it: etcd rounds TTLs up to whole seconds (and to its
+    /// minimum lease TTL) and ends expired leases on a periodic sweep.
+    /// Checks that wait for an expiry wait this much longer, and the
+    /// precision check allows it; no check accepts an early end.
+    pub expiry_slack: Duration,
     pub(crate) prefix: String,
 }
 
@@ -48,6 +55,7 @@ impl Suite {
             store,
             ttl: Duration::from_millis(1500),
             paused: false,
+            expiry_slack: Duration::ZERO,
             prefix: format!("conformance-{:08x}", rand::random::<u32>()),
         }
     }
@@ -77,9 +85,10 @@ impl Suite {
     }
 
     /// Waits until a lease acquired before now has expired by every clock:
-    /// its TTL from now, plus a little.
+    /// its TTL from now, plus the store's [`Suite::expiry_slack`], plus a
+    /// little.
     pub(crate) async fn outlive(&self) {
-        tokio::time::sleep(self.ttl + Duration::from_millis(20)).await;
+        tokio::time::sleep(self.ttl + self.expiry_slack + Duration::from_millis(20)).await;
     }
 
     pub(crate) async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {

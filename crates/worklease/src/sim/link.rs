@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 use super::config::{whole_ms, FaultConfig};
 use super::history::{Applied, Delivery, FaultKind, OpKind, Outcome, World};
@@ -412,5 +412,9 @@ impl LeaseStore for SimStore {
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         self.inner.watch(work_id)
+    }
+
+    fn expiry_clock(&self) -> ExpiryClock {
+        self.inner.expiry_clock()
     }
 }

@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 /// Wraps a store; while [`FaultStore::set_unreachable`] is on, every call
 /// fails with a [`StoreError`] after the configured delay, without reaching
@@ -131,5 +131,8 @@ impl LeaseStore for FaultStore {
     }
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         self.inner.watch(work_id)
+    }
+    fn expiry_clock(&self) -> ExpiryClock {
+        self.inner.expiry_clock()
     }
 }

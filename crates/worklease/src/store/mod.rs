@@ -28,12 +28,18 @@ use futures_util::future::BoxFuture;
 use crate::error::Result;
 use crate::limits::{HolderId, WorkId};
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "testkit")]
 pub mod fault;
 pub mod memory;
 pub(crate) mod notify;
+#[cfg(feature = "object-store")]
+pub mod object;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "testkit")]
+pub mod proxy;
 pub(crate) mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -168,6 +174,27 @@ pub struct LeaseInfo {
     pub handoff: Handoff,
 }
 
+/// Whose clock judges that a lease has expired (the crate docs' "Clocks"),
+/// as [`LeaseStore::expiry_clock`] tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpiryClock {
+    /// The store's own clock (SQLite, PostgreSQL, Redis, etcd, memory): the
+    /// store knows how long a live lease has left
+    /// ([`LeaseInfo::expires_in`]), and a lease whose holder stopped
+    /// renewing is free the moment its TTL runs out.
+    Store,
+    /// Observation, for a store without a clock
+    /// ([`register::RegisterStore`], such as S3): a contender counts a
+    /// lease expired only once it has itself seen the same version
+    /// unchanged for a full TTL on its own monotonic clock. One look cannot
+    /// tell whether the holder still renews: [`LeaseInfo::expires_in`] is
+    /// `None` for a held lease, `expired` is true only once this process
+    /// has watched the lease for a TTL, and [`crate::Error::Held`]'s
+    /// `expires_in` is this process's own upper bound (a full TTL on a
+    /// first look), not a countdown kept by the store.
+    Observation,
+}
+
 /// A store with its own clock and atomic operations.
 ///
 /// Each method is one atomic step of the store (one round trip where the
@@ -231,5 +258,12 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// waiters then poll. Spurious wake-ups are allowed.
     fn watch(&self, _work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         None
+    }
+
+    /// Whose clock judges expiry in this store: [`ExpiryClock::Store`]
+    /// (the default) or [`ExpiryClock::Observation`] (register stores).
+    /// A decorator over another store answers as the inner one does.
+    fn expiry_clock(&self) -> ExpiryClock {
+        ExpiryClock::Store
     }
 }

@@ -70,7 +70,9 @@ use tokio::time::Instant;
 use crate::error::{Error, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::record::{self, Phase, Record};
-use crate::store::{Checkpoint, Grant, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
+use crate::store::{
+    Checkpoint, ExpiryClock, Grant, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
+};
 
 /// The version of a register's value: an ETag, a version number, a
 /// revision. Only compared for equality; it must change with every write.
@@ -271,9 +273,13 @@ const MAX_ATTEMPTS: usize = 3;
 ///   TTL. Likewise a freshly created adapter counts every held lease as live
 ///   for a full TTL, and lets its holder renew one it has not seen expire
 ///   (safe: the compare-and-swap decides against any contender).
-/// * **No remaining time**: [`crate::Error::Held`] carries
+/// * **No remaining time**: [`LeaseStore::expiry_clock`] is
+///   [`ExpiryClock::Observation`]. [`crate::Error::Held`] carries
 ///   `expires_in = TTL - observed so far`, an upper bound by this adapter's
-///   observation; [`LeaseInfo::expires_in`] is always `None`.
+///   own observation (a full TTL on its first look, however long ago the
+///   holder died), not a countdown; [`LeaseInfo::expires_in`] is always
+///   `None`, and [`LeaseInfo::expired`] becomes true only once this adapter
+///   has seen the lease unchanged for its TTL.
 /// * **Ambiguous writes**: a write whose reply is lost may or may not have
 ///   taken effect; the next read reconciles it: if the record shows this
 ///   holder and token, it was applied. An acquisition whose reply was lost
@@ -583,6 +589,11 @@ fn info(work_id: &WorkId, c: &Current) -> LeaseInfo {
 impl<R: Register> LeaseStore for RegisterStore<R> {
     fn kind(&self) -> &'static str {
         self.register.kind()
+    }
+
+    /// Always [`ExpiryClock::Observation`]: a register has no clock.
+    fn expiry_clock(&self) -> ExpiryClock {
+        ExpiryClock::Observation
     }
 
     async fn acquire(
@@ -1165,6 +1176,30 @@ mod tests {
         let grant = a.acquire(&w, &h1, TTL).await.unwrap();
         assert_eq!(grant.handoff.previous.unwrap().ended, LeaseEnd::Revoked);
         assert!(a.revoke(&wid("unknown")).await.unwrap().is_none());
+    }
+
+    /// What `status` shows of a register store: a held lease has no time
+    /// left to show and is not expired on a first look, however long ago
+    /// its holder stopped; an inspector that keeps watching (`status
+    /// --watch`) sees it expire one TTL after its first look.
+    #[tokio::test(start_paused = true)]
+    async fn inspect_judges_expiry_by_observation() {
+        let (_, holder, inspector) = two_adapters();
+        assert_eq!(inspector.expiry_clock(), ExpiryClock::Observation);
+        let w = wid("shard-5");
+        holder.acquire(&w, &hid("h1"), TTL).await.unwrap();
+        advance(TTL * 5).await;
+        let first = inspector.inspect(&[]).await.unwrap();
+        assert!(
+            !first[0].expired && first[0].expires_in.is_none() && first[0].ended.is_none(),
+            "{first:?}"
+        );
+        advance(TTL - Duration::from_millis(1)).await;
+        assert!(!inspector.inspect(&[]).await.unwrap()[0].expired);
+        advance(Duration::from_millis(1)).await;
+        let later = inspector.inspect(&[]).await.unwrap();
+        assert!(later[0].expired, "{later:?}");
+        assert_eq!(later[0].ended, Some(LeaseEnd::Expired));
     }
 
     #[tokio::test]

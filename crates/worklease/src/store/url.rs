@@ -6,7 +6,8 @@
 //! | `memory:` or `memory://` | a new, empty in-memory store ([`MemoryStore`]), private to the process that opens it |
 //! | `postgres://user@host:port/db?table=NAME` or `postgresql://…` | the PostgreSQL store (`store::postgres::PostgresStore`, feature `postgres`): tokio-postgres's connection settings plus `table` (default `worklease_leases`); connects on first use |
 //! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
-//! | `etcd://…`, `s3://…` | planned stores, not built yet: [`InvalidInput::StoreUrl`] |
+//! | `s3://BUCKET[/PREFIX]?endpoint=URL&region=R` | the object-storage store (`store::object::S3Config`, feature `object-store`) on S3 or an S3-compatible server: one object per work ID under PREFIX (default `worklease`); credentials from the `AWS_*` environment variables, never from the URL |
+//! | `etcd://[user:password@]host:port,host:port,…?prefix=P` | the etcd store (`store::etcd::EtcdStore`, feature `etcd`): one or more members (port 2379 by default), key prefix `P` (default `worklease/`); connects on first use. `etcds://` (TLS) is refused with a reason |
 //!
 //! A SQLite PATH is taken literally (no percent-decoding, no query
 //! parameters): `sqlite:/var/lib/worklease/leases.db` and
@@ -40,12 +41,10 @@ use crate::error::{InvalidInput, Result};
 use crate::store::memory::MemoryStore;
 use crate::store::LeaseStore;
 
-/// The schemes of stores the project plans but has not built yet.
-const PLANNED: &[(&str, &str)] = &[("etcd", "etcd"), ("s3", "S3")];
-
-/// What the store URLs this build accepts look like, for error messages.
-const ACCEPTED: &str =
-    "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db) or memory:";
+/// What the store URLs look like, for error messages (a scheme whose
+/// feature this build lacks is refused with a reason naming the feature).
+const ACCEPTED: &str = "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db), \
+     memory:, postgres://..., redis://..., etcd://... or s3://BUCKET/PREFIX";
 
 /// A parsed store URL: which store to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +60,13 @@ pub enum StoreSpec {
     /// The Redis store with these settings (feature `redis`).
     #[cfg(feature = "redis")]
     Redis(crate::store::redis::RedisConfig),
+    /// The object-storage store on S3 with these settings (feature
+    /// `object-store`).
+    #[cfg(feature = "object-store")]
+    S3(crate::store::object::S3Config),
+    /// The etcd store with these settings (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(crate::store::etcd::EtcdConfig),
 }
 
 impl StoreSpec {
@@ -81,6 +87,12 @@ impl StoreSpec {
             StoreSpec::Redis(config) => Ok(Arc::new(crate::store::redis::RedisStore::new(
                 config.clone(),
             )?)),
+            #[cfg(feature = "object-store")]
+            StoreSpec::S3(config) => Ok(Arc::new(config.open()?)),
+            #[cfg(feature = "etcd")]
+            StoreSpec::Etcd(config) => {
+                Ok(Arc::new(crate::store::etcd::EtcdStore::new(config.clone())))
+            }
         }
     }
 
@@ -100,6 +112,10 @@ impl StoreSpec {
             StoreSpec::Postgres(url) => url.as_str().to_string(),
             #[cfg(feature = "redis")]
             StoreSpec::Redis(config) => config.to_url(),
+            #[cfg(feature = "object-store")]
+            StoreSpec::S3(config) => config.to_url(),
+            #[cfg(feature = "etcd")]
+            StoreSpec::Etcd(config) => config.to_url(),
         }
     }
 
@@ -211,6 +227,36 @@ fn redis_spec(url: &str) -> Result<StoreSpec> {
     ))
 }
 
+#[cfg(feature = "object-store")]
+fn s3_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::S3(crate::store::object::S3Config::from_url(
+        url,
+    )?))
+}
+
+#[cfg(not(feature = "object-store"))]
+fn s3_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no S3 store (cargo feature `object-store`)",
+    ))
+}
+
+#[cfg(feature = "etcd")]
+fn etcd_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::Etcd(crate::store::etcd::EtcdConfig::from_url(
+        url,
+    )?))
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no etcd store (cargo feature `etcd`)",
+    ))
+}
+
 fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
     InvalidInput::StoreUrl {
         url: redact(url),
@@ -236,7 +282,8 @@ fn split_scheme(url: &str) -> Option<(String, &str)> {
 /// # Errors
 /// [`InvalidInput::StoreUrl`] (the URL redacted in the message) for a URL
 /// without a scheme, a SQLite URL without a path, a `memory:` URL with a
-/// path, the scheme of a store that is not built yet, or an unknown scheme.
+/// path, the scheme of a store this build lacks (its cargo feature is off),
+/// or an unknown scheme.
 pub fn parse(url: &str) -> Result<StoreSpec> {
     let url = url.trim();
     if url.is_empty() {
@@ -280,24 +327,21 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
         }
         "memory" => {
             if !rest.is_empty() && rest != "//" {
-                return Err(url_error(url, "a memory URL takes no path or host: write memory:"));
+                return Err(url_error(
+                    url,
+                    "a memory URL takes no path or host: write memory:",
+                ));
             }
             Ok(StoreSpec::Memory)
         }
         "postgres" | "postgresql" => postgres_spec(url),
         "redis" | "rediss" => redis_spec(url),
-        other => match PLANNED.iter().find(|(s, _)| *s == other) {
-            Some((_, name)) => Err(url_error(
-                url,
-                format!("the {name} store is not built yet in this version of worklease: {ACCEPTED}"),
-            )),
-            None => Err(url_error(
-                url,
-                format!(
-                    "unknown store scheme {other:?}: {ACCEPTED} (planned, not built yet: etcd://, s3://)"
-                ),
-            )),
-        },
+        "s3" => s3_spec(url),
+        "etcd" | "etcds" => etcd_spec(url),
+        other => Err(url_error(
+            url,
+            format!("unknown store scheme {other:?}: {ACCEPTED}"),
+        )),
     }
 }
 
@@ -312,9 +356,11 @@ pub fn open(url: &str) -> Result<Arc<dyn LeaseStore>> {
 }
 
 /// `url` with its secrets masked, for messages and logs: the password of
-/// the user info (`scheme://user:pass@host` → `scheme://user:***@host`; the
-/// user name is kept) and the values of query parameters whose names look
-/// secret (`password`, `secret`, `token`, `key`, `auth`, `credential`,
+/// the user info (`scheme://user:pass@host` → `scheme://user:***@host`; a
+/// plain user name is kept, but user info without a `:` or with
+/// percent-encoding in the user name, which may hide an encoded `:` and a
+/// password, is masked whole: `scheme://***@host`) and the values of
+/// query parameters whose names look secret (`password`, `secret`, `token`, `key`, `auth`, `credential`,
 /// `signature`, ...). Also the "port" of `scheme://user:secret` when the
 /// `@host` is missing, and the secret-looking values of a libpq-style
 /// connection string (`host=db user=app password=secret`). It accepts any
@@ -342,7 +388,7 @@ fn redact_url(url: &str) -> String {
         Some(r) => ("//", r),
         None => ("", rest),
     };
-    let (authority_part, tail) = split_user_info(rest, !slashes.is_empty() || head.is_empty());
+    let (authority_part, tail) = split_user_info(rest);
     // `scheme://user:secret` without an `@`: the "port" is a password.
     let tail = if authority_part.is_empty() && !slashes.is_empty() {
         mask_odd_port(tail)
@@ -456,9 +502,7 @@ fn redact_pairs(text: &str) -> String {
 
 /// Splits `rest` (the URL after `scheme:` and `//`) into its masked user
 /// info with the `@` (empty when there is none) and the remainder.
-/// `authority` is true where `rest` starts with an authority (after `//`,
-/// or a URL without a scheme).
-fn split_user_info(rest: &str, authority: bool) -> (String, &str) {
+fn split_user_info(rest: &str) -> (String, &str) {
     // A raw password may contain '@', '/', '?' or '#', so the user info is
     // taken to end at the LAST '@': a URL with an '@' further on (in its
     // query, say) is masked more than needed, never less.
@@ -468,11 +512,14 @@ fn split_user_info(rest: &str, authority: bool) -> (String, &str) {
     let user_info = &rest[..at];
     let after = &rest[at..];
     match user_info.split_once(':') {
-        Some((user, _password)) => (format!("{user}:***"), after),
-        // `scheme:pass@host` (no `//`): what precedes '@' may be a password.
-        None if !authority && !user_info.contains('/') && !user_info.is_empty() => {
-            ("***".to_string(), after)
-        }
+        // A plain user name is kept; one with percent-encoding may hide an
+        // encoded ':' and a password after it (`app%3As3cret`).
+        Some((user, _password)) if !user.contains('%') => (format!("{user}:***"), after),
+        Some(_) => ("***".to_string(), after),
+        // User info without a ':' (a bare token, `user%3Apassword`, or the
+        // password of `scheme:pass@host`) is masked whole, unless it is a
+        // path (`s3://bucket/key@v2`, `sqlite:/home/me/@work`).
+        None if !user_info.contains('/') && !user_info.is_empty() => ("***".to_string(), after),
         None => (String::new(), rest),
     }
 }
@@ -653,6 +700,20 @@ mod tests {
         assert_eq!(open("memory:").unwrap().kind(), "memory");
     }
 
+    #[cfg(feature = "object-store")]
+    #[test]
+    fn s3_urls() {
+        let url = "s3://bucket/team/leases?endpoint=http://127.0.0.1:9000&region=eu-west-1";
+        let spec = parse(url).unwrap();
+        assert!(matches!(&spec, StoreSpec::S3(c) if c.get_prefix() == "team/leases"));
+        assert_eq!(parse(&spec.to_url()).unwrap(), spec);
+        // Opening sends nothing. Without an endpoint it needs no credentials
+        // in the environment (EC2 instance metadata is the last resort);
+        // with an S3-compatible one it does (see `store::object`).
+        let aws = parse("s3://bucket/team/leases?region=eu-west-1").unwrap();
+        assert_eq!(aws.open().unwrap().kind(), "s3");
+    }
+
     #[test]
     fn other_schemes_are_refused_clearly() {
         let r = reason("postgres://app:s3cret@db/leases?table=Bad");
@@ -671,8 +732,20 @@ mod tests {
             "cargo feature `redis`"
         };
         assert!(r.contains(want) && !r.contains("s3cret"), "{r}");
-        assert!(reason("etcd://localhost:2379").contains("etcd"));
-        assert!(reason("s3://bucket/key").contains("S3"));
+        let r = reason("etcd://app:s3cret@localhost?prefx=a");
+        let want = if cfg!(feature = "etcd") {
+            "unknown parameter"
+        } else {
+            "cargo feature `etcd`"
+        };
+        assert!(r.contains(want) && !r.contains("s3cret"), "{r}");
+        let r = reason("s3://AK:s3cret@bucket/key");
+        let want = if cfg!(feature = "object-store") {
+            "AWS_ACCESS_KEY_ID"
+        } else {
+            "cargo feature `object-store`"
+        };
+        assert!(r.contains(want) && !r.contains("s3cret"), "{r}");
         let r = reason("bogus://x");
         assert!(r.contains("unknown store scheme \"bogus\""), "{r}");
         assert!(r.contains("sqlite:PATH"), "{r}");
@@ -725,7 +798,14 @@ mod tests {
                 "redis://:pw@localhost:6379/0",
                 "redis://:***@localhost:6379/0",
             ),
-            ("redis://user@host", "redis://user@host"),
+            ("redis://user@host", "redis://***@host"),
+            // An encoded ':' in the user name: anything before '@' is secret.
+            ("etcd://app%3AS3cret@h:2379", "etcd://***@h:2379"),
+            ("etcd://app%3AS3cret:pw@h", "etcd://***@h"),
+            (
+                "etcd://app:S3cretPart?rest@127.0.0.1:32479",
+                "etcd://app:***@127.0.0.1:32479",
+            ),
             ("redis://u:p@ss/w?rd#x@host:1/0", "redis://u:***@host:1/0"),
             ("redis://u:p@ss@host", "redis://u:***@host"),
             ("postgres://u:p@h/db?x=a@b", "postgres://u:***@b"),
