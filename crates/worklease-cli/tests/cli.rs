@@ -7,7 +7,7 @@
 
 mod common;
 use common::{
-    group_stopped, holder_script, poll_until, process_gone, process_state, stopped, BIN, LONG,
+    group_stopped, holder_script, poll_until, process_gone, process_state, stopped, World, LONG,
 };
 
 use std::collections::BTreeSet;
@@ -19,38 +19,7 @@ use std::time::{Duration, Instant};
 
 use worklease::Token;
 
-/// One test's world: a temporary directory with the store file in it.
-struct World {
-    dir: tempfile::TempDir,
-    store: String,
-}
-
 impl World {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = format!("sqlite:{}", dir.path().join("store/leases.db").display());
-        Self { dir, store }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `worklease ARGS` with this world's store and `$D`, `$WL` for child
-    /// scripts, and none of the caller's WORKLEASE_* variables.
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env_remove("WORKLEASE_TOKEN")
-            .env_remove("WORKLEASE_HOME")
-            .env_remove("RUST_LOG")
-            .env("WORKLEASE_STORE", &self.store)
-            .env("D", self.dir.path())
-            .env("WL", BIN)
-            .stdin(Stdio::null());
-        cmd
-    }
-
     fn output(&self, args: &[&str]) -> Output {
         self.cmd(args).output().expect("run worklease")
     }

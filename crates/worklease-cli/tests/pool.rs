@@ -6,11 +6,11 @@
 //! statuses), polled in bounded loops; no sleep stands in for an event.
 
 mod common;
-use common::{group_stopped, holder_script, poll_until, process_gone, stopped, BIN, LONG};
+use common::{group_stopped, holder_script, poll_until, process_gone, stopped, World, LONG};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+
+use std::process::{Child, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -34,38 +34,11 @@ fn all_shards() -> Vec<String> {
     (0..SHARDS).map(shard).collect()
 }
 
-/// One test's world: a temporary directory with the store in it.
-struct Fleet {
-    dir: tempfile::TempDir,
-    store: String,
-}
+/// One test's world (the store in a temporary directory), with the
+/// pool-specific helpers below.
+type Fleet = World;
 
-impl Fleet {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = format!("sqlite:{}", dir.path().join("store/leases.db").display());
-        Self { dir, store }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// `worklease ARGS` with this world's store, and `$D` and `$WL` for the
-    /// children's scripts.
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(BIN);
-        cmd.args(args)
-            .env_remove("WORKLEASE_TOKEN")
-            .env_remove("WORKLEASE_HOME")
-            .env_remove("RUST_LOG")
-            .env("WORKLEASE_STORE", &self.store)
-            .env("D", self.dir.path())
-            .env("WL", BIN)
-            .stdin(Stdio::null());
-        cmd
-    }
-
+impl World {
     /// Starts `worklease pool -v --holder HOLDER ARGS -- sh SCRIPT` with
     /// `env` added; its stderr goes to `$D/<holder>.stderr`.
     fn pool(&self, holder: &str, extra: &[&str], script: &str, env: &[(&str, &str)]) -> Running {

@@ -3,7 +3,44 @@
 // Each test binary uses a part of them.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// One test's world: a temporary directory with the SQLite store file in
+/// it. Test files add their own methods (`impl World` in the test file).
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub store: String,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = format!("sqlite:{}", dir.path().join("store/leases.db").display());
+        Self { dir, store }
+    }
+
+    /// `name` inside the world's directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `worklease ARGS` with this world's store and `$D`, `$WL` for child
+    /// scripts, and none of the caller's WORKLEASE_* variables.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args)
+            .env_remove("WORKLEASE_TOKEN")
+            .env_remove("WORKLEASE_HOME")
+            .env_remove("RUST_LOG")
+            .env("WORKLEASE_STORE", &self.store)
+            .env("D", self.dir.path())
+            .env("WL", BIN)
+            .stdin(Stdio::null());
+        cmd
+    }
+}
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_worklease");
