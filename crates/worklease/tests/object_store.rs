@@ -731,3 +731,23 @@ async fn a_missing_bucket_is_named_as_missing() {
     );
     check(store.inspect(&[]).await.expect_err("no bucket to list"));
 }
+
+/// A work ID whose object key would exceed the object store's limit is bad
+/// input (so a pool or a retry loop gives up on it), not a store failure,
+/// and nothing is written.
+#[tokio::test]
+async fn a_work_id_too_long_for_an_object_key_is_bad_input() {
+    let memory = Arc::new(InMemory::new());
+    let leases = Leases::new(
+        Arc::new(memory_store(&memory)),
+        Config::new("a", Duration::from_secs(5)),
+    )
+    .expect("config");
+    let long = "x".repeat(1020);
+    match leases.acquire(&long, AcquireOptions::new()).await {
+        Err(Error::Invalid(e)) => assert!(e.to_string().contains("1024"), "{e}"),
+        other => panic!("expected bad input, got {other:?}"),
+    }
+    let written: Vec<_> = memory.list(None).try_collect().await.expect("list");
+    assert!(written.is_empty(), "something was written: {written:?}");
+}

@@ -262,11 +262,12 @@ impl ObjectRegister {
     /// The object key of `work_id`'s lease: `<prefix>/<escaped work ID>`.
     ///
     /// # Errors
-    /// [`crate::Error::Store`] naming [`MAX_KEY_BYTES`] when the key would
+    /// [`crate::Error::Invalid`] naming [`MAX_KEY_BYTES`] when the key would
     /// be longer.
     pub fn key(&self, work_id: &WorkId) -> Result<Path> {
         self.path(work_id).map_err(|e| match e {
             RegisterError::Store(e) => e.into(),
+            RegisterError::Invalid(e) => e.into(),
             other => StoreError::new(self.kind, other.to_string()).into(),
         })
     }
@@ -274,14 +275,13 @@ impl ObjectRegister {
     fn path(&self, work_id: &WorkId) -> std::result::Result<Path, RegisterError> {
         let key = format!("{}/{}", self.prefix, escape(work_id.as_str()));
         if key.len() > MAX_KEY_BYTES {
-            return Err(self.error(
-                work_id,
-                format!(
-                    "its object key would be {} bytes, over the limit of {MAX_KEY_BYTES} bytes \
-                     (prefix, `/` and the escaped work ID)",
-                    key.len()
-                ),
-            ));
+            return Err(InvalidInput::Config(format!(
+                "work ID {:?}: its object key would be {} bytes, over the limit of \
+                 {MAX_KEY_BYTES} bytes (prefix, `/` and the escaped work ID)",
+                work_id.as_str(),
+                key.len()
+            ))
+            .into());
         }
         Path::parse(&key).map_err(|e| {
             StoreError::with_source(
@@ -1091,6 +1091,7 @@ pub async fn purge_released<R: Register>(
             Ok(Some((_, handle))) => handle,
             Ok(None) => continue,
             Err(RegisterError::Store(e)) => return Err(e.into()),
+            Err(RegisterError::Invalid(e)) => return Err(e.into()),
             Err(RegisterError::Conflict) => continue,
         };
         let still = store.inspect(std::slice::from_ref(&id)).await?;
@@ -1107,6 +1108,7 @@ pub async fn purge_released<R: Register>(
             }
             Err(RegisterError::Conflict) => {}
             Err(RegisterError::Store(e)) => return Err(e.into()),
+            Err(RegisterError::Invalid(e)) => return Err(e.into()),
         }
     }
     Ok(purged)

@@ -91,6 +91,12 @@ pub enum RegisterError {
     /// write that failed this way took effect is unknown.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The request can never succeed on this register, whatever its
+    /// state: bad input for it (for example a work ID whose key would be
+    /// longer than the register allows). Nothing was written; the adapter
+    /// returns it as [`Error::Invalid`], so callers do not retry it.
+    #[error(transparent)]
+    Invalid(#[from] crate::error::InvalidInput),
 }
 
 /// A compare-and-swap register keyed by work ID (the `hoplock` `Backend`,
@@ -427,6 +433,7 @@ impl<R: Register> RegisterStore<R> {
         let read = match self.register.read(work_id).await {
             Ok(read) => read,
             Err(RegisterError::Store(e)) => return Err(e.into()),
+            Err(RegisterError::Invalid(e)) => return Err(e.into()),
             Err(RegisterError::Conflict) => {
                 return Err(self.error(work_id, "register reported a conflict on a read"))
             }
@@ -489,6 +496,7 @@ impl<R: Register> RegisterStore<R> {
             }
             Err(RegisterError::Conflict) => Ok(None),
             Err(RegisterError::Store(e)) => Err(e.into()),
+            Err(RegisterError::Invalid(e)) => Err(e.into()),
         }
     }
 
@@ -683,6 +691,7 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
             match self.register.list().await {
                 Ok(ids) => ids,
                 Err(RegisterError::Store(e)) => return Err(e.into()),
+                Err(RegisterError::Invalid(e)) => return Err(e.into()),
                 Err(RegisterError::Conflict) => {
                     return Err(StoreError::new(
                         self.kind(),
