@@ -95,32 +95,46 @@
 //!   after the last event it got, on any endpoint: no deletion is lost
 //!   (unless compacted away meanwhile: then every waiter is woken). Waiters
 //!   poll as well, as the fallback.
-//! * **Endpoints and fail-over.** The URL lists any number of members; the
-//!   client balances requests over them. A request that certainly never
-//!   reached a member able to serve it (the connection was refused: a
-//!   member down; or the member has no leader) is sent again at once, to a
-//!   member picked at random, up to twice per member. Requests ask for a
-//!   member with a leader (`require_leader`), so a member cut off from the
-//!   quorum fails fast instead of hanging; each request has a timeout
-//!   ([`EtcdConfig::request_timeout`]). Any other failure (a timeout, a
-//!   connection lost mid-request: the outcome is unknown) is a store error
-//!   that background renewal retries, on any member, while the lease can
-//!   still be saved.
+//! * **Endpoints and fail-over.** The URL lists any number of members;
+//!   the store keeps one client (connection) per member and sends its
+//!   requests to one member at a time. A request fails over to the next
+//!   member when it got no connection, met a member without a leader
+//!   (requests ask for one, `require_leader`, so a member cut off from the
+//!   quorum answers at once), got no reply in time (a member that hangs:
+//!   stopped with SIGSTOP, behind a network black hole, or waiting for an
+//!   election), or lost its connection; the store then keeps sending to
+//!   that next member. Up to twice per member. For an operation on a lease
+//!   (acquire, renew, checkpoint, release, read checkpoint) one try on one
+//!   member may take TTL/5 (at least 250 ms, at most
+//!   [`EtcdConfig::request_timeout`]; the whole request timeout with a
+//!   single member), and the operation gives up when the TTL has passed:
+//!   with a 15 s TTL, a hung member costs a renewal 3 s, once, and the
+//!   renewal then succeeds on the next member, well inside the window
+//!   before `worklease run` sends SIGTERM. Other operations (status,
+//!   revoke) give each try the request timeout.
 //!
-//!   Known limit: a member that hangs (stopped with SIGSTOP, or behind a
-//!   network black hole), unlike one that refuses connections, costs a
-//!   request the whole request timeout (5 s by default) before it fails.
-//!   The request timeout does not shrink with the TTL, and a timed-out
-//!   renewal is retried only by the next attempt of background renewal
-//!   (which renews every TTL/3). With a 15 s TTL and `worklease run`'s
-//!   default `--grace` (TTL/4), the first renewal is sent at 5 s and the
-//!   child gets SIGTERM at 11.25 s: if that renewal hangs for the whole
-//!   5 s, the retry has 1.25 s, so one renewal sent to a hung member can
-//!   end the lease. Workaround: a TTL long enough that the time from the
-//!   first renewal (TTL/3) to SIGTERM (the deadline minus `--grace`) holds
-//!   two request timeouts (with the defaults, TTL × 5/12 ≥ 10 s: a TTL of
-//!   24 s or more), or a shorter [`EtcdConfig::request_timeout`] (a
-//!   library setting).
+//!   Sending a request again whose outcome is unknown (the first copy may
+//!   have been applied, even late, when the hung member resumes) is safe
+//!   for each of them. Reads and etcd-lease keep-alives change nothing
+//!   that matters twice. A renewal or checkpoint transaction compares the
+//!   fencing token (`live`'s create revision), the holder, the etcd lease
+//!   and the mod revision of `state` the store last saw: a second copy
+//!   finds `state` moved and fails (the store reads the keys, sees the
+//!   lease is still its own, and tries once more with what it read), and a
+//!   copy applied late, after a newer checkpoint, fails too, so S4 holds;
+//!   a stale token fails as before (S1–S3). A release compares token and
+//!   holder: a second copy finds `live` gone and changes nothing. An
+//!   acquisition compares that `live` is absent and `acq` and `state` are
+//!   as read, so at most one copy applies; when the next read finds `live`
+//!   attached to the etcd lease this call granted (or renewed from its
+//!   spares: no other key uses it), naming this holder, as the current
+//!   acquisition, the acquisition is this call's and it returns it. When
+//!   every try fails, the acquisition returns a store error and revokes
+//!   that etcd lease (as before): an acquisition that was applied after
+//!   all ends at once, or at its TTL if the revocation fails too. A grant
+//!   applied twice leaves an unused etcd lease that expires with its TTL.
+//!   The watch follows the store to the next member when its stream
+//!   breaks.
 //!
 //! Operating etcd for leases:
 //! * **Snapshot restore turns fencing tokens back.** `etcdctl snapshot
@@ -170,7 +184,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -210,6 +224,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take, by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The share of a lease's TTL one request to one member may take before
+/// the store sends it to the next member: TTL/5 (see `Budget::lease`).
+const ATTEMPT_SHARE: u32 = 5;
+/// The shortest time one request to one member is given, whatever the TTL:
+/// a healthy member on a busy host may take a few hundred milliseconds.
+const MIN_ATTEMPT: Duration = Duration::from_millis(250);
 /// How many `acq` keys one page of `inspect` lists.
 const PAGE: i64 = 1000;
 /// How many leases `inspect` reads at once.
@@ -780,11 +800,8 @@ fn warn_if_lease_revoke_bug(mut client: Client, timeout: Duration) {
 
 /// Whether a failed request certainly never reached a member able to serve
 /// it: no connection could be made (a member down), or the member has no
-/// leader and refused it before proposing anything. Such a request is safe
-/// to send again, whatever it does; the balanced client then picks a
-/// member at random, so another try mostly reaches another one. Any other
-/// failure (a timeout, a connection lost mid-request) leaves the outcome
-/// unknown and is returned.
+/// leader and refused it before proposing anything. Such a request changed
+/// nothing. Reported as "cannot reach the cluster" when every try failed so.
 fn never_reached(e: &etcd_client::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
         etcd_client::Error::GRpcStatus(status) => {
@@ -803,6 +820,157 @@ fn never_reached(e: &etcd_client::Error) -> bool {
         source = err.source();
     }
     false
+}
+
+/// Whether a failed request is worth sending to another member: it never
+/// reached one able to serve it, or the member did not answer in time
+/// (hung: stopped, behind a black hole, or waiting for a new leader), or
+/// the connection broke, or the member said it is unavailable (no leader,
+/// leader changed, its own timeout). The outcome of all but the first is
+/// unknown: the request may have been applied, once, by the time the
+/// store sends it again. Every operation of the store is safe to send
+/// again (see "Endpoints and fail-over" in the module docs). Any other
+/// error (a refusal: permission, bad request, lease not found) is an
+/// answer, the same from every member.
+fn fails_over(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        ),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => never_reached(e),
+    }
+}
+
+/// How long one operation's requests may take: each attempt on one
+/// member, and all of them together.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    /// How long one request to one member may take before the store gives
+    /// up on that member and sends it to the next one.
+    attempt: Duration,
+    /// When the operation stops trying members (`None`: only the number of
+    /// attempts bounds it).
+    until: Option<Instant>,
+}
+
+impl Budget {
+    /// An operation not tied to a lease (reads for `status`, revocation,
+    /// [`EtcdStore::ready`]): the configured request timeout per attempt.
+    fn plain(config: &EtcdConfig) -> Self {
+        Self {
+            attempt: config.request_timeout,
+            until: None,
+        }
+    }
+
+    /// An operation on a lease of `ttl` (acquire, renew, checkpoint,
+    /// release, read checkpoint): it is of no use after the TTL, and one
+    /// member that hangs may cost it at most a fifth of the TTL (never
+    /// more than the configured request timeout, never less than
+    /// [`MIN_ATTEMPT`]) before it goes to the next member. With a single
+    /// member there is nowhere else to go: the attempt may take the whole
+    /// request timeout.
+    fn lease(config: &EtcdConfig, ttl: Duration) -> Self {
+        let attempt = if config.hosts.len() > 1 {
+            config
+                .request_timeout
+                .min((ttl / ATTEMPT_SHARE).max(MIN_ATTEMPT))
+        } else {
+            config.request_timeout
+        };
+        Self {
+            attempt,
+            until: Some(Instant::now() + ttl),
+        }
+    }
+
+    /// The timeout of an attempt started now; `None` once past `until`.
+    fn next_attempt(&self) -> Option<Duration> {
+        match self.until {
+            None => Some(self.attempt),
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then(|| self.attempt.min(left))
+            }
+        }
+    }
+}
+
+/// One client per member, each connected on first use, and the member
+/// requests go to first. A request goes to that member; when it fails
+/// over ([`fails_over`]) the store moves on to the next member and sends
+/// it there, so one member that hangs costs one attempt timeout, once,
+/// not one per request (`etcd-client`'s balanced channel would keep
+/// routing a share of the requests to it).
+struct Members {
+    /// `http://host:port` of each member.
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    clients: Vec<tokio::sync::OnceCell<Client>>,
+    /// The index of the member requests go to first.
+    preferred: AtomicUsize,
+    /// Whether a member was asked for its version (see
+    /// [`warn_if_lease_revoke_bug`]).
+    version_checked: std::sync::atomic::AtomicBool,
+    request_timeout: Duration,
+}
+
+impl Members {
+    fn new(config: &EtcdConfig) -> Self {
+        let endpoints = config.endpoints();
+        Self {
+            clients: endpoints
+                .iter()
+                .map(|_| tokio::sync::OnceCell::new())
+                .collect(),
+            endpoints,
+            options: config.connect_options(),
+            preferred: AtomicUsize::new(0),
+            version_checked: std::sync::atomic::AtomicBool::new(false),
+            request_timeout: config.request_timeout,
+        }
+    }
+
+    /// The member requests go to now.
+    fn preferred(&self) -> usize {
+        self.preferred.load(Ordering::Relaxed) % self.endpoints.len()
+    }
+
+    /// Member `i` failed a request: requests go to the next one, unless
+    /// another request already moved them on from `i`.
+    fn failed(&self, i: usize) {
+        let next = (i + 1) % self.endpoints.len();
+        let _ = self
+            .preferred
+            .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The client of member `i`, connecting it first if needed (without
+    /// authentication this sends nothing; with it, it asks for a token).
+    async fn client(&self, i: usize) -> std::result::Result<Client, etcd_client::Error> {
+        let client = self.clients[i]
+            .get_or_try_init(|| {
+                Client::connect([self.endpoints[i].as_str()], Some(self.options.clone()))
+            })
+            .await?
+            .clone();
+        if !self.version_checked.swap(true, Ordering::Relaxed) {
+            warn_if_lease_revoke_bug(client.clone(), self.request_timeout);
+        }
+        Ok(client)
+    }
+
+    /// A connected client, the preferred member's if it is connected, for
+    /// background work that must not wait (revocations of unused etcd
+    /// leases).
+    fn connected(&self) -> Option<Client> {
+        let first = self.preferred();
+        (0..self.endpoints.len())
+            .map(|k| (first + k) % self.endpoints.len())
+            .find_map(|i| self.clients[i].get().cloned())
+    }
 }
 
 fn token_of(revision: i64) -> u64 {
@@ -978,6 +1146,11 @@ struct Granted {
     /// When the request that last started its countdown (grant or
     /// keep-alive) was sent, by this host's monotonic clock.
     renewed: Instant,
+    /// The mod revision of the work ID's `state` key as the acquisition
+    /// using it last saw it (0: absent, as an acquisition leaves it).
+    /// Renewals and checkpoints compare it: one that a hung member applies
+    /// late, after a newer one, changes nothing.
+    state_rev: i64,
 }
 
 impl Granted {
@@ -997,11 +1170,11 @@ struct Wakeups {
 
 /// The etcd store. See the module docs for its keys, transactions and
 /// guarantees. Share one value per process (in an `Arc`): each value keeps
-/// its own client (connections to the members), and a watch once it has
-/// waiters.
+/// its own clients (a connection to each member it used), and a watch once
+/// it has waiters.
 pub struct EtcdStore {
     config: EtcdConfig,
-    client: tokio::sync::OnceCell<Client>,
+    members: Arc<Members>,
     /// The newest revision any reply showed (a lower bound of the
     /// cluster's current revision).
     seen: AtomicI64,
@@ -1038,8 +1211,8 @@ impl EtcdStore {
     /// that runs it.
     pub fn new(config: EtcdConfig) -> Self {
         Self {
+            members: Arc::new(Members::new(&config)),
             config,
-            client: tokio::sync::OnceCell::new(),
             seen: AtomicI64::new(0),
             leases: Mutex::new(HashMap::new()),
             spares: Mutex::new(Vec::new()),
@@ -1078,10 +1251,14 @@ impl EtcdStore {
     pub async fn ready(&self) -> Result<()> {
         let key = format!("{}{LIVE}", self.config.prefix);
         let resp = self
-            .rpc("read from the cluster", |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
+            .rpc(
+                "read from the cluster",
+                Budget::plain(&self.config),
+                |mut c| {
+                    let key = key.clone();
+                    async move { c.get(key, None).await }
+                },
+            )
             .await?;
         self.saw(resp.header());
         Ok(())
@@ -1097,23 +1274,19 @@ impl EtcdStore {
         EtcdKeys::new(&self.config.prefix, work_id)
     }
 
-    /// The store's client (cloning it is cheap), for diagnostics and
-    /// benchmarks beside the store's own calls.
+    /// A client of the member the store sends its requests to now
+    /// (cloning it is cheap), for diagnostics and benchmarks beside the
+    /// store's own calls.
     ///
     /// # Errors
     /// As [`EtcdStore::ready`].
     pub async fn client(&self) -> Result<Client> {
-        self.client
-            .get_or_try_init(|| async {
-                let client =
-                    Client::connect(self.config.endpoints(), Some(self.config.connect_options()))
-                        .await
-                        .map_err(|e| self.unreachable(e))?;
-                warn_if_lease_revoke_bug(client.clone(), self.config.request_timeout);
-                Ok::<_, Error>(client)
-            })
-            .await
-            .cloned()
+        self.rpc(
+            "connect",
+            Budget::plain(&self.config),
+            |c| async move { Ok(c) },
+        )
+        .await
     }
 
     fn unreachable(&self, e: etcd_client::Error) -> Error {
@@ -1126,23 +1299,62 @@ impl EtcdStore {
         )
     }
 
-    /// Runs one request, sending it again while it never reached a member
-    /// able to serve it (see `never_reached`), up to twice per member.
-    async fn rpc<T, F, Fut>(&self, what: &str, request: F) -> Result<T>
+    /// Runs one request on the preferred member, and on the next ones
+    /// while it fails over ([`fails_over`]: no connection, no leader, no
+    /// reply within the attempt timeout of `budget`, a broken connection),
+    /// up to twice per member and until `budget` runs out. Sending a
+    /// request again whose outcome is unknown is safe for every request the
+    /// store sends: see "Endpoints and fail-over" in the module docs.
+    async fn rpc<T, F, Fut>(&self, what: &str, budget: Budget, request: F) -> Result<T>
     where
         F: Fn(Client) -> Fut,
         Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        let client = self.client().await?;
-        let attempts = 2 * self.config.hosts.len() + 1;
-        let mut attempt = 1;
+        let members = &self.members;
+        let attempts = 2 * members.endpoints.len() + 1;
+        let mut reached = false;
+        let mut attempt = 0;
         loop {
-            match request(client.clone()).await {
-                Ok(v) => return Ok(v),
-                Err(e) if attempt < attempts && never_reached(&e) => attempt += 1,
-                Err(e) if never_reached(&e) => return Err(self.unreachable(e)),
-                Err(e) => return Err(store_err(what.to_string(), e)),
+            attempt += 1;
+            let i = members.preferred();
+            let error = match budget.next_attempt() {
+                None => tonic::Status::deadline_exceeded(format!(
+                    "no member answered before the lease's TTL ran out ({} attempts)",
+                    attempt - 1
+                ))
+                .into(),
+                Some(limit) => {
+                    let sent = async {
+                        let client = members.client(i).await?;
+                        request(client).await
+                    };
+                    match tokio::time::timeout(limit, sent).await {
+                        Ok(Ok(v)) => return Ok(v),
+                        Ok(Err(e)) => e,
+                        Err(_) => tonic::Status::deadline_exceeded(format!(
+                            "no reply from {} within {limit:?}",
+                            members.endpoints[i]
+                        ))
+                        .into(),
+                    }
+                }
+            };
+            reached |= !never_reached(&error);
+            let out_of_time = budget.next_attempt().is_none();
+            if !fails_over(&error) || attempt >= attempts || out_of_time {
+                return Err(if reached {
+                    store_err(what.to_string(), error)
+                } else {
+                    self.unreachable(error)
+                });
             }
+            tracing::debug!(
+                member = %members.endpoints[i],
+                error = %error,
+                attempt,
+                "etcd request failed: sending it to the next member"
+            );
+            members.failed(i);
         }
     }
 
@@ -1153,9 +1365,9 @@ impl EtcdStore {
         }
     }
 
-    async fn txn(&self, txn: Txn, what: &str) -> Result<TxnResponse> {
+    async fn txn(&self, txn: Txn, what: &str, budget: Budget) -> Result<TxnResponse> {
         let resp = self
-            .rpc(what, |mut c| {
+            .rpc(what, budget, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
@@ -1165,11 +1377,17 @@ impl EtcdStore {
     }
 
     /// Reads the keys of one work ID in one (linearizable) transaction.
-    async fn snapshot(&self, keys: &EtcdKeys, with_checkpoint: bool) -> Result<Snapshot> {
+    async fn snapshot(
+        &self,
+        keys: &EtcdKeys,
+        with_checkpoint: bool,
+        budget: Budget,
+    ) -> Result<Snapshot> {
         let resp = self
             .txn(
                 Txn::new().and_then(snapshot_ops(keys, with_checkpoint)),
                 "read a lease",
+                budget,
             )
             .await?;
         Snapshot::from_responses(resp.op_responses())
@@ -1180,10 +1398,10 @@ impl EtcdStore {
         Snapshot::from_responses(resp.op_responses())
     }
 
-    async fn grant(&self, ttl: Duration) -> Result<Granted> {
+    async fn grant(&self, ttl: Duration, budget: Budget) -> Result<Granted> {
         let sent = Instant::now();
         let resp = self
-            .rpc("grant an etcd lease", |mut c| async move {
+            .rpc("grant an etcd lease", budget, |mut c| async move {
                 c.lease_grant(ttl_secs(ttl), None).await
             })
             .await?;
@@ -1193,13 +1411,14 @@ impl EtcdStore {
             ttl_s: resp.ttl(),
             asked_s: ttl_secs(ttl),
             renewed: sent,
+            state_rev: 0,
         })
     }
 
     /// An etcd lease for a new acquisition with `ttl`: a spare one with
     /// the same TTL, renewed now (its countdown starts again after the
     /// caller sent its request, as a new one's would), or a new one.
-    async fn lease_for(&self, ttl: Duration) -> Result<Granted> {
+    async fn lease_for(&self, ttl: Duration, budget: Budget) -> Result<Granted> {
         let asked = ttl_secs(ttl);
         loop {
             let spare = self.spares.lock().ok().and_then(|mut spares| {
@@ -1209,12 +1428,13 @@ impl EtcdStore {
                 Some(spares.swap_remove(i))
             });
             let Some(spare) = spare else {
-                return self.grant(ttl).await;
+                return self.grant(ttl, budget).await;
             };
             let sent = Instant::now();
-            if self.keep_alive(spare.id).await? {
+            if self.keep_alive(spare.id, budget).await? {
                 return Ok(Granted {
                     renewed: sent,
+                    state_rev: 0,
                     ..spare
                 });
             }
@@ -1239,7 +1459,7 @@ impl EtcdStore {
     /// Revokes an etcd lease that no key of the store uses any more, in
     /// the background (best effort: unrevoked, it expires with its TTL).
     fn discard(&self, id: i64) {
-        let Some(mut client) = self.client.get().cloned() else {
+        let Some(mut client) = self.members.connected() else {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -1252,19 +1472,11 @@ impl EtcdStore {
     }
 
     /// Renews etcd lease `id` once; false when etcd no longer has it.
-    async fn keep_alive(&self, id: i64) -> Result<bool> {
-        let timeout = self.config.request_timeout;
-        self.rpc("renew the etcd lease", |mut c| async move {
-            // A stream: the request timeout covers its opening only, and
-            // the reply may wait for a new leader; bound the whole of it.
-            let renewed = tokio::time::timeout(timeout, c.lease_keep_alive(id))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(etcd_client::Error::LeaseKeepAliveError(format!(
-                        "no keep-alive reply within {timeout:?}"
-                    )))
-                });
-            match renewed {
+    async fn keep_alive(&self, id: i64, budget: Budget) -> Result<bool> {
+        // A stream: `rpc`'s attempt timeout bounds the whole of it (the
+        // reply may wait for a new leader), not only its opening.
+        self.rpc("renew the etcd lease", budget, |mut c| async move {
+            match c.lease_keep_alive(id).await {
                 Ok(_) => Ok(true),
                 // etcd answers a renewal of an unknown lease with a TTL of
                 // 0, which the client turns into this error.
@@ -1280,9 +1492,9 @@ impl EtcdStore {
     /// The time left on etcd lease `id`, rounded up to whole seconds
     /// (etcd reports whole seconds, rounded down); `None` when it is gone
     /// or cannot be read.
-    async fn time_left(&self, id: i64) -> Option<Duration> {
+    async fn time_left(&self, id: i64, budget: Budget) -> Option<Duration> {
         let resp = self
-            .rpc("read an etcd lease", |mut c| async move {
+            .rpc("read an etcd lease", budget, |mut c| async move {
                 c.lease_time_to_live(id, None).await
             })
             .await
@@ -1307,6 +1519,19 @@ impl EtcdStore {
         }
     }
 
+    /// The budget of an operation on `lease` without a TTL of its own
+    /// (release, read checkpoint): that of the TTL its etcd lease was
+    /// granted, when this store knows it.
+    fn budget_of(&self, lease: LeaseRef<'_>) -> Budget {
+        match self.remembered(lease.work_id, lease.fencing_token) {
+            Some(g) if g.ttl_s > 0 => Budget::lease(
+                &self.config,
+                Duration::from_secs(u64::try_from(g.ttl_s).unwrap_or(0)),
+            ),
+            _ => Budget::plain(&self.config),
+        }
+    }
+
     fn remembered(&self, work_id: &WorkId, token: u64) -> Option<Granted> {
         self.leases
             .lock()
@@ -1316,7 +1541,11 @@ impl EtcdStore {
     }
 
     /// Extends `lease` to `ttl` from now (and stores `checkpoint`, if
-    /// any), in one transaction after the etcd lease's renewal.
+    /// any), in one transaction after the etcd lease's renewal. The
+    /// transaction compares the token, the holder, the etcd lease and the
+    /// revision of `state` this store last saw: sent twice (a member that
+    /// hung, then the next one), it applies at most once per revision of
+    /// `state`, and a copy applied late cannot undo a newer checkpoint.
     async fn extend(
         &self,
         lease: LeaseRef<'_>,
@@ -1325,20 +1554,23 @@ impl EtcdStore {
     ) -> Result<SystemTime> {
         let keys = self.keys(lease.work_id);
         let want = ttl_secs(ttl);
+        let budget = Budget::lease(&self.config, ttl);
         let mut known = self.remembered(lease.work_id, lease.fencing_token);
         for _ in 0..RACE_RETRIES {
             let current = match known {
                 Some(g) => g,
                 None => {
-                    // Another process's acquisition, or one this store
-                    // forgot: learn its etcd lease first.
-                    let snap = self.snapshot(&keys, false).await?;
+                    // Another process's acquisition, one this store forgot,
+                    // or one whose `state` moved: learn its etcd lease and
+                    // the revision of its state first.
+                    let snap = self.snapshot(&keys, false, budget).await?;
                     let live = snap.check(lease)?;
                     Granted {
                         id: live.lease(),
                         ttl_s: snap.granted(),
                         asked_s: 0,
                         renewed: Instant::now(),
+                        state_rev: snap.state.as_ref().map_or(0, |(_, r)| *r),
                     }
                 }
             };
@@ -1346,12 +1578,12 @@ impl EtcdStore {
             // was granted at least as long, else move to a new one.
             let sent = Instant::now();
             let attached = if current.ttl_s >= want {
-                if !self.keep_alive(current.id).await? {
+                if !self.keep_alive(current.id, budget).await? {
                     // etcd answers so only once it deleted the lease's
                     // keys; ours may have moved to another lease meanwhile
                     // (another handle of the holder).
                     self.forget(lease.work_id, lease.fencing_token);
-                    let snap = self.snapshot(&keys, false).await?;
+                    let snap = self.snapshot(&keys, false, budget).await?;
                     if snap.check(lease)?.lease() == current.id {
                         return Err(Error::Expired {
                             work_id: lease.work_id.to_string(),
@@ -1366,7 +1598,7 @@ impl EtcdStore {
                     ..current
                 }
             } else {
-                self.grant(ttl).await?
+                self.grant(ttl, budget).await?
             };
             let moved = attached.id != current.id;
             let state = State {
@@ -1399,6 +1631,7 @@ impl EtcdStore {
                         lease.holder_id.as_str(),
                     ),
                     Compare::lease(keys.live.as_str(), CompareOp::Equal, current.id),
+                    Compare::mod_revision(keys.state.as_str(), CompareOp::Equal, current.state_rev),
                 ])
                 .and_then(ops)
                 .or_else(snapshot_ops(&keys, false));
@@ -1407,7 +1640,7 @@ impl EtcdStore {
             } else {
                 "renew"
             };
-            let resp = match self.txn(txn, what).await {
+            let resp = match self.txn(txn, what, budget).await {
                 Ok(r) => r,
                 Err(e) => {
                     if moved {
@@ -1420,7 +1653,15 @@ impl EtcdStore {
                 if moved {
                     self.discard(current.id);
                 }
-                self.remember(lease.work_id, lease.fencing_token, attached);
+                let state_rev = resp.header().map_or(0, ResponseHeader::revision);
+                self.remember(
+                    lease.work_id,
+                    lease.fencing_token,
+                    Granted {
+                        state_rev,
+                        ..attached
+                    },
+                );
                 return Ok(SystemTime::now() + ttl);
             }
             if moved {
@@ -1431,7 +1672,11 @@ impl EtcdStore {
                 self.forget(lease.work_id, lease.fencing_token);
                 return Err(e);
             }
-            known = None; // still ours, on another etcd lease: again
+            // Still ours, but on another etcd lease or with a newer state
+            // (another handle of the holder, or this renewal's own earlier
+            // copy, applied by a member that did not answer in time): learn
+            // them, again.
+            known = None;
         }
         Err(StoreError::new(
             KIND,
@@ -1447,9 +1692,10 @@ impl EtcdStore {
     /// never acquired.
     async fn inspect_one(&self, work_id: WorkId) -> Result<Option<LeaseInfo>> {
         let keys = self.keys(&work_id);
-        let snap = self.snapshot(&keys, true).await?;
+        let budget = Budget::plain(&self.config);
+        let snap = self.snapshot(&keys, true, budget).await?;
         let left = match snap.live_of_current() {
-            Some(live) => self.time_left(live.lease()).await,
+            Some(live) => self.time_left(live.lease(), budget).await,
             None => None,
         };
         Ok(lease_info(work_id, &snap, left))
@@ -1467,7 +1713,7 @@ impl EtcdStore {
                 .with_keys_only()
                 .with_limit(PAGE);
             let resp = self
-                .rpc("list the leases", |mut c| {
+                .rpc("list the leases", Budget::plain(&self.config), |mut c| {
                     let (from, options) = (from.clone(), options.clone());
                     async move { c.get(from, Some(options)).await }
                 })
@@ -1497,14 +1743,11 @@ impl EtcdStore {
         if *watching {
             return true;
         }
-        let Some(client) = self.client.get().cloned() else {
-            return false;
-        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
         let task = WatchTask {
-            client,
+            members: self.members.clone(),
             prefix: self.config.prefix.clone(),
             wakeups: self.wakeups.clone(),
         };
@@ -1512,6 +1755,18 @@ impl EtcdStore {
         *watching = true;
         true
     }
+}
+
+/// Whether `live`, the lease key a snapshot read, is the acquisition an
+/// earlier copy of this store's acquire transaction made with the etcd
+/// lease `granted`: attached to that etcd lease (granted, or renewed from
+/// the spares, for this call alone: no other key uses it), naming
+/// `holder`, and the current acquisition (its create revision is the
+/// revision of `acq`).
+fn applied_ours(snap: &Snapshot, live: &KeyValue, granted: &Granted, holder: &HolderId) -> bool {
+    live.lease() == granted.id
+        && live.value() == holder.as_str().as_bytes()
+        && snap.live_of_current().is_some()
 }
 
 /// A [`LeaseInfo`] from a snapshot (with its checkpoint) and the time
@@ -1560,24 +1815,40 @@ impl LeaseStore for EtcdStore {
         ttl: Duration,
     ) -> Result<Grant> {
         let keys = self.keys(work_id);
+        let budget = Budget::lease(&self.config, ttl);
         // Granted once, on the first attempt that finds the lease free; its
         // countdown started after the caller sent its request, so it stays
         // valid for later attempts.
         let mut granted: Option<Granted> = None;
         let result = async {
             for _ in 0..RACE_RETRIES {
-                let snap = self.snapshot(&keys, false).await?;
+                let snap = self.snapshot(&keys, false, budget).await?;
                 if let Some(live) = &snap.live {
+                    if let Some(g) = granted.filter(|g| applied_ours(&snap, live, g, holder_id)) {
+                        // A copy of our transaction that a member did not
+                        // answer in time was applied: the acquisition is
+                        // ours.
+                        let token = token_of(live.create_revision());
+                        let state_rev = snap.state.as_ref().map_or(0, |(_, r)| *r);
+                        self.remember(work_id, token, Granted { state_rev, ..g });
+                        return Ok(Grant {
+                            fencing_token: token,
+                            expires_at: SystemTime::now() + ttl,
+                            handoff: Handoff {
+                                previous: snap.previous(),
+                            },
+                        });
+                    }
                     // Live for everyone, the same holder ID included (ADR 0002).
                     return Err(Error::Held {
                         work_id: work_id.to_string(),
                         holder_id: String::from_utf8_lossy(live.value()).into_owned(),
-                        expires_in: self.time_left(live.lease()).await,
+                        expires_in: self.time_left(live.lease(), budget).await,
                     });
                 }
                 let lease = match granted {
                     Some(g) => g,
-                    None => *granted.insert(self.lease_for(ttl).await?),
+                    None => *granted.insert(self.lease_for(ttl, budget).await?),
                 };
                 let prev = snap.acq.as_ref().map(|(acq, token)| StoredPrevious {
                     holder: acq.holder.clone(),
@@ -1612,7 +1883,7 @@ impl LeaseStore for EtcdStore {
                         TxnOp::put(keys.acquisition.as_str(), to_json(&acquisition), None),
                         TxnOp::delete(keys.state.as_str(), None),
                     ]);
-                let resp = self.txn(txn, "acquire").await?;
+                let resp = self.txn(txn, "acquire", budget).await?;
                 if !resp.succeeded() {
                     continue; // another writer came between: read again
                 }
@@ -1621,7 +1892,7 @@ impl LeaseStore for EtcdStore {
                     .map(|h| token_of(h.revision()))
                     .filter(|t| *t > 0)
                     .ok_or_else(|| bad_value("a transaction reply without a revision"))?;
-                self.remember(work_id, token, lease);
+                self.remember(work_id, token, Granted { state_rev: 0, ..lease });
                 let previous = acquisition.prev.and_then(|p| {
                     Some(PreviousHolder {
                         holder_id: p.holder,
@@ -1664,7 +1935,9 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        let snap = self.snapshot(&self.keys(lease.work_id), true).await?;
+        let snap = self
+            .snapshot(&self.keys(lease.work_id), true, self.budget_of(lease))
+            .await?;
         snap.check(lease)?;
         Ok(Checkpoint {
             data: snap.checkpoint.clone(),
@@ -1703,7 +1976,7 @@ impl LeaseStore for EtcdStore {
                 TxnOp::put(keys.state.as_str(), to_json(&state), None),
             ])
             .or_else(snapshot_ops(&keys, false));
-        let resp = self.txn(txn, "release").await?;
+        let resp = self.txn(txn, "release", self.budget_of(lease)).await?;
         if !resp.succeeded() {
             return Err(Self::failure_snapshot(&resp)?.refusal(lease));
         }
@@ -1733,8 +2006,9 @@ impl LeaseStore for EtcdStore {
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
         let keys = self.keys(work_id);
+        let budget = Budget::plain(&self.config);
         for _ in 0..RACE_RETRIES {
-            let snap = self.snapshot(&keys, true).await?;
+            let snap = self.snapshot(&keys, true, budget).await?;
             let Some(token) = snap.token() else {
                 return Ok(None);
             };
@@ -1742,7 +2016,11 @@ impl LeaseStore for EtcdStore {
                 // Not live: nothing to end.
                 return Ok(lease_info(work_id.clone(), &snap, None));
             };
-            let before = lease_info(work_id.clone(), &snap, self.time_left(live.lease()).await);
+            let before = lease_info(
+                work_id.clone(),
+                &snap,
+                self.time_left(live.lease(), budget).await,
+            );
             let state = State {
                 token,
                 phase: Phase::Revoked.as_str().to_string(),
@@ -1759,7 +2037,7 @@ impl LeaseStore for EtcdStore {
                     TxnOp::delete(keys.live.as_str(), None),
                     TxnOp::put(keys.state.as_str(), to_json(&state), None),
                 ]);
-            if self.txn(txn, "revoke").await?.succeeded() {
+            if self.txn(txn, "revoke", budget).await?.succeeded() {
                 self.forget(work_id, token);
                 self.discard(live.lease());
                 return Ok(before);
@@ -1805,7 +2083,7 @@ impl LeaseStore for EtcdStore {
 
 /// The store's one watch on its `live` keys.
 struct WatchTask {
-    client: Client,
+    members: Arc<Members>,
     prefix: String,
     wakeups: Arc<Wakeups>,
 }
@@ -1813,8 +2091,9 @@ struct WatchTask {
 impl WatchTask {
     /// Watches deletions of `live` keys from revision `from` on, until
     /// `stop`, watching again after every broken stream from the revision
-    /// after the last event seen.
-    async fn run(mut self, mut from: i64, stop: CancellationToken) {
+    /// after the last event seen, on the next member after a member that
+    /// failed it.
+    async fn run(self, mut from: i64, stop: CancellationToken) {
         let base = format!("{}{LIVE}", self.prefix);
         let mut backoff = REWATCH_MIN;
         loop {
@@ -1823,9 +2102,13 @@ impl WatchTask {
                 .with_start_revision(from)
                 .with_filters([WatchFilterType::NoPut])
                 .with_progress_notify();
+            let member = self.members.preferred();
             let watched = tokio::select! {
                 () = stop.cancelled() => return,
-                w = self.client.watch(base.as_str(), Some(options)) => w,
+                w = async {
+                    let mut client = self.members.client(member).await?;
+                    client.watch(base.as_str(), Some(options)).await
+                } => w,
             };
             match watched {
                 Ok(mut stream) => loop {
@@ -1870,11 +2153,15 @@ impl WatchTask {
                         Ok(None) => break,
                         Err(e) => {
                             tracing::debug!(error = %e, "etcd watch broke: watching again");
+                            self.members.failed(member);
                             break;
                         }
                     }
                 },
-                Err(e) => tracing::debug!(error = %e, "cannot watch etcd: trying again"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot watch etcd: trying again");
+                    self.members.failed(member);
+                }
             }
             tokio::select! {
                 () = stop.cancelled() => return,
