@@ -19,6 +19,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use worklease::election::Elector;
+use worklease::Error;
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
@@ -45,32 +46,55 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         .ttl(args.ttl)
         .poll_interval(args.poll)
         .build()?;
+    // A store that answers nothing at all is a configuration error: say
+    // so at once (exit 69) instead of campaigning against it forever.
+    match elector.leader().await {
+        Ok(_) | Err(Error::NoLease { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
     tracing::info!(election = %args.election, owner = elector.owner(), "campaigning");
     // The signals belong to the campaign until this process leads, then to
     // the child's supervision: `leading` hands them over.
     let signals = Arc::new(Mutex::new(Signals::install()?));
     let leading = CancellationToken::new();
-    let lead = elector.lead(|l| {
-        let (signals, leading) = (signals.clone(), leading.clone());
-        let command = &args.command;
-        let child_url = child_url.clone();
-        let progress = &progress;
-        async move {
-            progress.stop();
-            leading.cancel();
-            let mut signals = signals.lock().await;
-            let token = l.token();
-            tracing::info!(generation = l.generation(), "leading");
-            let child = spawn(command, &token, &child_url).map_err(|e| cannot_run(command, e))?;
-            let describe = || {
-                l.lost_cause().map_or_else(
-                    || format!("lost the leadership of {:?}", token.work_id().as_str()),
-                    |e| e.to_string(),
-                )
-            };
-            supervise(child, &l, describe, grace, &mut signals).await
+    // Later store failures while campaigning (a restarting server, an etcd
+    // leader change) are retried after --poll, as `run --wait` does: a
+    // standby that exits on the first one leaves the election without one.
+    let lead = async {
+        loop {
+            let attempt = elector
+                .lead(|l| {
+                    let (signals, leading) = (signals.clone(), leading.clone());
+                    let command = &args.command;
+                    let child_url = child_url.clone();
+                    let progress = &progress;
+                    async move {
+                        progress.stop();
+                        leading.cancel();
+                        let mut signals = signals.lock().await;
+                        let token = l.token();
+                        tracing::info!(generation = l.generation(), "leading");
+                        let child = spawn(command, &token, &child_url)
+                            .map_err(|e| cannot_run(command, e))?;
+                        let describe = || {
+                            l.lost_cause().map_or_else(
+                                || format!("lost the leadership of {:?}", token.work_id().as_str()),
+                                |e| e.to_string(),
+                            )
+                        };
+                        supervise(child, &l, describe, grace, &mut signals).await
+                    }
+                })
+                .await;
+            match attempt {
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "store failed while campaigning; retrying");
+                    tokio::time::sleep(args.poll).await;
+                }
+                other => break other,
+            }
         }
-    });
+    };
     tokio::pin!(lead);
     let interrupted = tokio::select! {
         outcome = &mut lead => return finish(&args, outcome),

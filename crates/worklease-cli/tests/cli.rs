@@ -852,6 +852,40 @@ fn elect_runs_the_child_of_one_leader_and_hands_over_when_it_exits() {
     assert_eq!(code(status), 0, "{err}");
 }
 
+/// A standby whose campaign meets a store failure (here: the SQLite write
+/// lock held past the busy timeout) keeps campaigning instead of exiting
+/// 69, and leads once the leader steps down.
+#[test]
+fn elect_a_standby_survives_a_store_failure_while_campaigning() {
+    let w = World::new();
+    let start = |name: &str| {
+        let script = holder_script(name);
+        let mut r = w.spawn(&[
+            "-v", "elect", "--ttl", "30s", "--poll", "100ms", "--holder", name, "outage", "--",
+            "sh", "-c", &script,
+        ]);
+        r.wait_for_line("campaigning", LONG);
+        r
+    };
+    let a = start("a");
+    w.wait_for_file("a.started", LONG);
+    let mut b = start("b");
+    let lock = w.lock_store();
+    b.wait_for_line("store failed while campaigning; retrying", LONG);
+    drop(lock);
+    assert!(
+        !w.path("b.started").exists(),
+        "S1: two leaders' children ran"
+    );
+    w.touch("a.stop");
+    let (status, err) = a.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+    w.wait_for_file("b.started", LONG);
+    w.touch("b.stop");
+    let (status, err) = b.wait(LONG);
+    assert_eq!(code(status), 0, "{err}");
+}
+
 #[test]
 fn elect_after_sigkill_of_the_leader_a_standby_leads_within_ttl_plus_poll() {
     let w = World::new();
