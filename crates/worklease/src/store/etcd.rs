@@ -321,6 +321,16 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// `prefix` ending in `/` (one is added when missing): `app` and `app/`
+/// name the same keys, `app/live/...`, rather than `applive/...`. An
+/// empty prefix stays empty (and is refused).
+fn with_slash(mut prefix: String) -> String {
+    if !prefix.is_empty() && !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    prefix
+}
+
 /// Why `prefix` cannot be a key prefix, or `None` when it can.
 fn check_prefix(prefix: &str) -> Option<String> {
     if prefix.is_empty() {
@@ -604,7 +614,7 @@ impl EtcdConfig {
                 }
             }
         }
-        let prefix = prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_string());
+        let prefix = with_slash(prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_string()));
         if let Some(reason) = check_prefix(&prefix) {
             return Err(url_error(url, reason));
         }
@@ -634,7 +644,8 @@ impl EtcdConfig {
         url
     }
 
-    /// Sets the key prefix: every key starts with it. Stores with
+    /// Sets the key prefix: every key starts with it (a `/` is added when
+    /// it does not end with one). Stores with
     /// different prefixes share nothing (one that is an extension of the
     /// other, such as `a/` and `a/live/x`, too: escaped work IDs have no
     /// `/`).
@@ -643,7 +654,7 @@ impl EtcdConfig {
     /// [`InvalidInput::Config`] for an empty prefix, one longer than
     /// [`MAX_PREFIX_BYTES`], or one with control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self> {
-        let prefix = prefix.into();
+        let prefix = with_slash(prefix.into());
         if let Some(reason) = check_prefix(&prefix) {
             return Err(InvalidInput::Config(reason).into());
         }
@@ -2269,6 +2280,18 @@ mod tests {
         assert!(!format!("{store:?}").contains("p%40ss"), "{store:?}");
         let c = EtcdConfig::new(["a", "b:1"]).unwrap().prefix("x/").unwrap();
         assert_eq!(c.to_url(), "etcd://a:2379,b:1/?prefix=x%2F");
+        // A prefix without its trailing `/` gets one: `app` names the keys
+        // `app/live/...`, not `applive/...`.
+        let c = EtcdConfig::from_url("etcd://h?prefix=app").unwrap();
+        assert_eq!(c.get_prefix(), "app/");
+        assert_eq!(
+            EtcdConfig::new(["h"])
+                .unwrap()
+                .prefix("app")
+                .unwrap()
+                .get_prefix(),
+            "app/"
+        );
     }
 
     #[test]
