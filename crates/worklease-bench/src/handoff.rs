@@ -1,0 +1,308 @@
+//! Hand-off: one holder releases, N waiters compete; the time from the
+//! start of the release to the next holder's acquire returning. Ours with
+//! push (the store's notifications), ours polling only (notifications
+//! hidden by [`PollOnly`]), and the peer lock's own way of waiting.
+//!
+//! Every participant loops: wait for the lease → hold it for a moment
+//! (so that the losers of the last race are back to waiting) → release →
+//! sit out until someone else took it (a releaser never hands the lease
+//! back to itself) → wait again. So there are always N waiters and one
+//! holder. All participants share one store value, as the workers of one
+//! process would (for SQLite that makes push in-process only: waiters in
+//! other processes poll).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hdrhistogram::Histogram;
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use worklease::{AcquireOptions, Config, LeaseStore, Leases, Token, WorkId};
+
+use crate::measure::{histogram, record, slice, Client, Tally};
+use crate::results::{HandoffMode, HandoffRow, Latency};
+use crate::stores::{Opened, PeerClient, PollOnly, Register};
+use crate::{Plan, Result};
+
+/// One participant: takes the lock (waiting) and gives it back.
+#[async_trait]
+trait Contender: Send + 'static {
+    async fn take(&mut self) -> Result<()>;
+    async fn give(&mut self) -> Result<()>;
+}
+
+struct Ours {
+    leases: Leases,
+    work: String,
+    options: AcquireOptions,
+    token: Option<Token>,
+}
+
+#[async_trait]
+impl Contender for Ours {
+    async fn take(&mut self) -> Result<()> {
+        self.token = Some(
+            self.leases
+                .acquire(&self.work, self.options.clone())
+                .await?,
+        );
+        Ok(())
+    }
+
+    async fn give(&mut self) -> Result<()> {
+        let token = self.token.take().ok_or("not held")?;
+        Ok(self.leases.release(token).await?)
+    }
+}
+
+struct Theirs {
+    client: Box<dyn PeerClient>,
+    key: String,
+}
+
+#[async_trait]
+impl Contender for Theirs {
+    async fn take(&mut self) -> Result<()> {
+        self.client.lock(&self.key).await
+    }
+
+    async fn give(&mut self) -> Result<()> {
+        self.client.unlock(&self.key).await
+    }
+}
+
+/// One compare-and-set, to time the store's round trip.
+struct OneCas(Box<dyn Register>);
+
+#[async_trait]
+impl Client for OneCas {
+    async fn op(&mut self) -> Result<()> {
+        self.0.cas(&bytes::Bytes::new()).await
+    }
+}
+
+/// The store's round trip: the median of one client's baseline
+/// compare-and-sets.
+pub async fn round_trip(opened: &Opened, plan: &Plan) -> Result<u64> {
+    let mut tally = Tally::default();
+    let client: Box<dyn Client> = Box::new(OneCas(opened.baseline.register().await?));
+    slice(
+        vec![client],
+        plan.timing.warm_up,
+        plan.timing.slice,
+        &mut tally,
+    )
+    .await;
+    Ok(tally
+        .row("", 1, None, crate::results::Variant::Baseline, "")
+        .latency
+        .p50_us)
+}
+
+/// Hand-offs among `waiters` + 1 participants in `mode`.
+pub async fn handoff(
+    opened: &Opened,
+    plan: &Plan,
+    waiters: usize,
+    mode: HandoffMode,
+    round_trip_us: u64,
+) -> Result<Option<HandoffRow>> {
+    let work = format!("handoff-{}-{waiters}", mode.as_str());
+    let mut contenders: Vec<Box<dyn Contender>> = Vec::new();
+    // Whether the store has notifications at all (the watch is dropped at
+    // once).
+    let has_watch = WorkId::new(&work)
+        .map(|id| opened.store.watch(&id).is_some())
+        .unwrap_or(false);
+    let notified = match mode {
+        HandoffMode::Push => has_watch,
+        HandoffMode::Poll => false,
+        HandoffMode::Peer => true,
+    };
+    let what = match mode {
+        HandoffMode::Push | HandoffMode::Poll => {
+            let store: Arc<dyn LeaseStore> = match mode {
+                HandoffMode::Poll => Arc::new(PollOnly(opened.store.clone())),
+                _ => opened.store.clone(),
+            };
+            let options = AcquireOptions::new()
+                .wait_for_lease()
+                .poll_interval(plan.handoff_poll);
+            for n in 0..=waiters {
+                contenders.push(Box::new(Ours {
+                    leases: Leases::new(
+                        store.clone(),
+                        Config::new(format!("handoff-{n}"), plan.ttl),
+                    )?,
+                    work: work.clone(),
+                    options: options.clone(),
+                    token: None,
+                }));
+            }
+            match mode {
+                HandoffMode::Push if !has_watch => format!(
+                    "acquire with wait_for_lease; the store has no notifications, so waiters poll every {:?} (+ up to 10% jitter)",
+                    plan.handoff_poll
+                ),
+                HandoffMode::Push => format!(
+                    "acquire with wait_for_lease, woken by the store's notification (poll every {:?} as the fallback)",
+                    plan.handoff_poll
+                ),
+                _ => format!(
+                    "acquire with wait_for_lease, notifications hidden: polls every {:?} (+ up to 10% jitter)",
+                    plan.handoff_poll
+                ),
+            }
+        }
+        HandoffMode::Peer => {
+            let Some(peer) = &opened.peer else {
+                return Ok(None);
+            };
+            for _ in 0..=waiters {
+                contenders.push(Box::new(Theirs {
+                    client: peer.client(true).await?,
+                    key: work.clone(),
+                }));
+            }
+            format!("the peer's own wait: {}", peer.describe())
+        }
+    };
+    let outcome = run(contenders, plan).await?;
+    Ok(Some(HandoffRow {
+        store: opened.store.kind().to_string(),
+        waiters,
+        mode,
+        what,
+        notified,
+        round_trip_us,
+        errors: outcome.errors,
+        first_error: outcome.first_error,
+        latency: Latency::of(&outcome.hist),
+    }))
+}
+
+struct Outcome {
+    hist: Histogram<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// What the participants share.
+struct Shared {
+    /// When the last release started; taken by the next holder.
+    released_at: Mutex<Option<Instant>>,
+    hist: Mutex<Histogram<u64>>,
+    /// Acquisitions so far.
+    turns: watch::Sender<u64>,
+    samples: AtomicUsize,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+    done: CancellationToken,
+    target: usize,
+    deadline: Instant,
+    hold: Duration,
+    poll: Duration,
+}
+
+impl Shared {
+    fn error(&self, e: &crate::BoxError) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut first) = self.first_error.lock() {
+            first.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+async fn run(mut contenders: Vec<Box<dyn Contender>>, plan: &Plan) -> Result<Outcome> {
+    // The first participant holds the lease before the others start.
+    contenders[0].take().await?;
+    let shared = Arc::new(Shared {
+        released_at: Mutex::new(None),
+        hist: Mutex::new(histogram()),
+        turns: watch::channel(0).0,
+        samples: AtomicUsize::new(0),
+        errors: AtomicU64::new(0),
+        first_error: Mutex::new(None),
+        done: CancellationToken::new(),
+        target: plan.handoffs,
+        deadline: Instant::now() + plan.handoff_limit,
+        hold: plan.handoff_hold,
+        poll: plan.handoff_poll,
+    });
+    let tasks: Vec<_> = contenders
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| tokio::spawn(participant(c, i == 0, shared.clone())))
+        .collect();
+    // Bounded: a participant stuck in the store is abandoned.
+    let limit = plan.handoff_limit + Duration::from_secs(30);
+    let all = futures_util::future::join_all(tasks);
+    if tokio::time::timeout(limit, all).await.is_err() {
+        return Err(format!("the hand-off participants did not stop within {limit:?}").into());
+    }
+    let hist = shared.hist.lock().map_err(|_| "poisoned")?.clone();
+    let first_error = shared.first_error.lock().map_err(|_| "poisoned")?.clone();
+    Ok(Outcome {
+        hist,
+        errors: shared.errors.load(Ordering::Relaxed),
+        first_error,
+    })
+}
+
+async fn participant(mut c: Box<dyn Contender>, mut holding: bool, s: Arc<Shared>) {
+    loop {
+        if !holding {
+            let taken = tokio::select! {
+                r = c.take() => r,
+                () = s.done.cancelled() => return,
+            };
+            if let Err(e) = taken {
+                s.error(&e);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            let now = Instant::now();
+            let released = s.released_at.lock().ok().and_then(|mut r| r.take());
+            if let Some(at) = released {
+                if let Ok(mut h) = s.hist.lock() {
+                    record(&mut h, now - at);
+                }
+                let n = s.samples.fetch_add(1, Ordering::Relaxed) + 1;
+                if n >= s.target || now >= s.deadline {
+                    s.done.cancel();
+                }
+            }
+            s.turns.send_modify(|t| *t += 1);
+        }
+        holding = false;
+        // Hold for the fixed time plus a random part of a poll interval, so
+        // that releases fall at random points of the pollers' schedules (a
+        // fixed hold would keep them in step with the hand-offs).
+        let hold = s.hold + s.poll.mul_f64(rand::thread_rng().gen_range(0.0..1.0));
+        tokio::select! {
+            () = tokio::time::sleep(hold) => {}
+            () = s.done.cancelled() => {
+                if let Err(e) = c.give().await {
+                    s.error(&e);
+                }
+                return;
+            }
+        }
+        let mut turns = s.turns.subscribe();
+        if let Ok(mut r) = s.released_at.lock() {
+            *r = Some(Instant::now());
+        }
+        if let Err(e) = c.give().await {
+            s.error(&e);
+        }
+        // Sit out until another participant took the lease.
+        tokio::select! {
+            _ = turns.changed() => {}
+            () = s.done.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The JSON of one run (`run.json`): everything BENCHMARKS.md and the plots
+//! are made from. Latencies are in microseconds, rates per second.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// One run of the program.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    /// The format of this file.
+    pub format: u32,
+    /// When the run started (seconds since the Unix epoch).
+    pub started_unix: u64,
+    /// How long it took, in seconds.
+    pub elapsed_secs: f64,
+    /// The command that made it (store URLs without passwords).
+    pub command: String,
+    /// `--quick`: a smoke run whose figures mean little.
+    pub quick: bool,
+    /// The machine.
+    pub machine: Machine,
+    /// The settings of each scenario.
+    pub plan: PlanInfo,
+    /// The stores measured.
+    pub stores: Vec<StoreInfo>,
+    /// Stores or scenarios left out, and why.
+    pub skipped: Vec<Skipped>,
+    /// acquire → release of distinct work IDs.
+    pub cycle: Vec<OpRow>,
+    /// renew of held leases.
+    pub renew: Vec<OpRow>,
+    /// checkpoint of held leases.
+    pub checkpoint: Vec<OpRow>,
+    /// hand-off from a releasing holder to one of N waiters.
+    pub handoff: Vec<HandoffRow>,
+    /// a SIGKILLed holder's lease taken by a waiter.
+    pub failover: Vec<FailoverRow>,
+    /// one process holding and renewing many leases.
+    pub scale: Vec<ScaleRow>,
+}
+
+/// The machine a run was made on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    /// Logical cores.
+    pub cores: usize,
+    /// CPU model name.
+    pub cpu_model: String,
+    /// Memory, GiB.
+    pub memory_gib: f64,
+    /// Kernel release.
+    pub kernel: String,
+    /// `rustc --version`, where rustc is on the PATH.
+    pub rustc: Option<String>,
+    /// Load averages (1, 5, 15 min) when the run started.
+    pub load_average_start: Option<[f64; 3]>,
+    /// Load averages when it ended.
+    pub load_average_end: Option<[f64; 3]>,
+}
+
+/// The settings of a run's scenarios.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlanInfo {
+    /// Measurement time of each figure (all its slices), seconds.
+    pub seconds_per_figure: f64,
+    /// Slices each figure is measured in, alternating with its baseline and
+    /// peer.
+    pub slices: u32,
+    /// TTL of the leases in cycle, renew, checkpoint and hand-off, ms.
+    pub ttl_ms: u64,
+    /// Hand-offs measured per configuration (at most).
+    pub handoffs: usize,
+    /// Time a new holder keeps the lease before it releases, ms.
+    pub handoff_hold_ms: u64,
+    /// Poll interval of waiting acquisitions in hand-off, ms.
+    pub handoff_poll_ms: u64,
+    /// Failover: trials per store.
+    pub failover_trials: usize,
+    /// Scale: renewal window, seconds.
+    pub scale_window_secs: f64,
+    /// Scale: longest time to acquire the leases, seconds.
+    pub scale_acquire_limit_secs: f64,
+}
+
+/// A store as measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoreInfo {
+    /// `memory`, `sqlite`, `postgres`, `redis`, ...
+    pub name: String,
+    /// Where (URL without password).
+    pub url: String,
+    /// The server's version, where there is a server.
+    pub server: Option<String>,
+    /// What the baseline does.
+    pub baseline: String,
+    /// What the peer lock is, if one runs here.
+    pub peer: Option<String>,
+}
+
+/// Something left out of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The store.
+    pub store: String,
+    /// The scenario, or `None` for the whole store.
+    pub scenario: Option<String>,
+    /// Why.
+    pub reason: String,
+}
+
+/// A latency distribution.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Mean, µs.
+    pub mean_us: f64,
+    /// Median, µs.
+    pub p50_us: u64,
+    /// 90th percentile, µs.
+    pub p90_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// 99.9th percentile, µs.
+    pub p999_us: u64,
+    /// Largest, µs.
+    pub max_us: u64,
+    /// (percentile, µs) points of the distribution, for plots.
+    pub curve: Vec<(f64, u64)>,
+}
+
+/// The percentiles kept in [`Latency::curve`].
+const CURVE: &[f64] = &[
+    0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.99, 100.0,
+];
+
+impl Latency {
+    /// The distribution of a histogram of microseconds.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let q = |p: f64| h.value_at_quantile(p / 100.0);
+        Self {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: q(50.0),
+            p90_us: q(90.0),
+            p99_us: q(99.0),
+            p999_us: q(99.9),
+            max_us: h.max(),
+            curve: CURVE.iter().map(|&p| (p, q(p))).collect(),
+        }
+    }
+}
+
+/// Who an operation row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// worklease.
+    Ours,
+    /// The store's minimal compare-and-set round trip(s).
+    Baseline,
+    /// The lock users already have on that server.
+    Peer,
+}
+
+impl Variant {
+    /// `ours`, `baseline` or `peer`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::Ours => "ours",
+            Variant::Baseline => "baseline",
+            Variant::Peer => "peer",
+        }
+    }
+}
+
+/// One figure of cycle, renew or checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OpRow {
+    /// The store.
+    pub store: String,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Checkpoint size in bytes (checkpoint only).
+    pub bytes: Option<usize>,
+    /// Ours, the baseline or the peer.
+    pub variant: Variant,
+    /// What one operation is, in this variant.
+    pub what: String,
+    /// Operations per second over all clients.
+    pub ops_per_sec: f64,
+    /// CPU time of this process per operation, µs (the slices' CPU time
+    /// less the warm-ups' share in proportion to their time). For a store
+    /// with a server, the client's side only.
+    #[serde(default)]
+    pub cpu_us_per_op: Option<f64>,
+    /// Operations timed.
+    pub ops: u64,
+    /// Operations that failed (not timed).
+    pub errors: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+    /// Latency of one operation.
+    pub latency: Latency,
+}
+
+/// How waiters learn of a release, in a hand-off row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandoffMode {
+    /// Ours, woken by the store's notification.
+    Push,
+    /// Ours, polling only (the store's notifications hidden).
+    Poll,
+    /// The peer lock's own way of waiting.
+    Peer,
+}
+
+impl HandoffMode {
+    /// `push`, `poll` or `peer`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandoffMode::Push => "push",
+            HandoffMode::Poll => "poll",
+            HandoffMode::Peer => "peer",
+        }
+    }
+}
+
+/// Hand-offs with N waiters.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HandoffRow {
+    /// The store.
+    pub store: String,
+    /// Waiters besides the holder.
+    pub waiters: usize,
+    /// Push, poll or the peer.
+    pub mode: HandoffMode,
+    /// How the waiters wait.
+    pub what: String,
+    /// Whether the store woke the waiters by a notification (false for a
+    /// store without notifications, whose "push" waiters poll).
+    #[serde(default)]
+    pub notified: bool,
+    /// One store round trip (the baseline's median at 1 client), µs.
+    pub round_trip_us: u64,
+    /// Failed acquisitions or releases.
+    pub errors: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+    /// From the start of the release to the next holder's acquire returning.
+    pub latency: Latency,
+}
+
+/// Failover trials on one store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailoverRow {
+    /// The store.
+    pub store: String,
+    /// How the holder dies.
+    pub how: String,
+    /// The lease TTL, ms.
+    pub ttl_ms: u64,
+    /// The waiter's poll interval, ms.
+    pub poll_ms: u64,
+    /// The goal: TTL + poll interval + 50 ms.
+    pub bound_ms: u64,
+    /// From the kill to the waiter's acquire returning, ms, per trial.
+    pub trials_ms: Vec<f64>,
+    /// Trials that failed, and the first failure.
+    pub errors: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+}
+
+/// One process holding and renewing many leases.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleRow {
+    /// The store.
+    pub store: String,
+    /// Leases asked for.
+    pub leases: usize,
+    /// Leases acquired (fewer when acquiring hit the time limit).
+    pub acquired: usize,
+    /// The lease TTL, ms.
+    pub ttl_ms: u64,
+    /// The background renewal interval, ms.
+    pub renew_interval_ms: u64,
+    /// Time to acquire them (each renewed from its acquisition on), s.
+    pub acquire_secs: f64,
+    /// The measured window after acquiring, s.
+    pub window_secs: f64,
+    /// CPU seconds (user + system) of this process per second, in the
+    /// window.
+    pub cpu_per_sec: f64,
+    /// Resident memory growth from before acquiring to the end of the
+    /// window, per acquired lease, bytes.
+    pub rss_per_lease_bytes: f64,
+    /// Renewals the window asks for: acquired × window / interval (the
+    /// window is whole intervals, and each lease sends a renewal every
+    /// interval after the previous one's send).
+    pub renewals_due: u64,
+    /// Renewals sent in the window that succeeded (fewer than due: the
+    /// renewals fell behind their schedule).
+    pub renewals_ok: u64,
+    /// Renewal attempts sent in the window that failed (retried while the
+    /// lease could be saved).
+    pub renewal_failures: u64,
+    /// Renewals missed: leases whose renewal did not succeed before the
+    /// holder's deadline, so the lease was lost (from the first acquisition
+    /// to the end of the window).
+    pub missed: u64,
+    /// The least lease time left when a renewal came back, ms (how close
+    /// the closest call came).
+    pub min_left_ms: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_percentiles_come_from_the_histogram() {
+        let mut h = crate::measure::histogram();
+        for us in 1..=1000u64 {
+            h.record(us).expect("in range");
+        }
+        let l = Latency::of(&h);
+        assert_eq!(l.count, 1000);
+        assert_eq!(l.p50_us, 500);
+        assert_eq!(l.p99_us, 990);
+        assert_eq!(l.max_us, 1000);
+        assert_eq!(l.curve.first(), Some(&(0.0, 1)));
+        assert_eq!(l.curve.last(), Some(&(100.0, 1000)));
+    }
+
+    #[test]
+    fn an_empty_histogram_is_no_latency() {
+        let l = Latency::of(&crate::measure::histogram());
+        assert_eq!(l.count, 0);
+        assert!(l.curve.is_empty());
+    }
+}

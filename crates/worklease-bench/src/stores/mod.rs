@@ -1,0 +1,260 @@
+//! The stores under test. Each is ONE entry of [`table`]: its URL scheme,
+//! how to open ours on a fresh namespace (a table, a key prefix, a file),
+//! its baseline (the store's minimal single-round-trip compare-and-set, on
+//! the same client library and pool/connection as ours) and, where one runs
+//! here, its peer (the lock users already have on that server).
+//!
+//! Adding a store is adding a module with an [`Entry`] and listing it in
+//! [`table`]. Slots for the stores still being built:
+//!
+//! * **etcd** (`etcd://`, bench feature `etcd` → `worklease/etcd`): the
+//!   baseline is one `Txn` comparing the key's `mod_revision` and putting
+//!   the new value, on the store's `etcd_client::Client`; the peer is the
+//!   server's own `Lock`/`Unlock` RPC through `etcd-client` (on a lease
+//!   granted with the same TTL).
+//! * **S3 on moto** (`s3://`, bench feature `object-store` →
+//!   `worklease/object-store`): the baseline is one conditional `PUT`
+//!   (`If-Match: <ETag>`) of the register object through the store's
+//!   `object_store` client; no peer runs here (a hand-rolled conditional
+//!   write lock IS the baseline).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use worklease::store::{Checkpoint, Grant, LeaseInfo, LeaseRef};
+use worklease::{HolderId, LeaseStore, WorkId};
+
+use crate::Result;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod memory;
+#[cfg(feature = "object-store")]
+pub mod object;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod sqlite;
+
+/// Where the servers are, and what names this run may use.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A random tag of this run, in every table, key prefix and file name.
+    pub run: String,
+    /// The PostgreSQL server (without `table=`).
+    #[cfg(feature = "postgres")]
+    pub postgres_url: String,
+    /// The Redis server (without `prefix=`).
+    #[cfg(feature = "redis")]
+    pub redis_url: String,
+    /// The etcd cluster (without `prefix=`).
+    #[cfg(feature = "etcd")]
+    pub etcd_url: String,
+    /// The S3 bucket and prefix, with its endpoint (`s3://` URL).
+    #[cfg(feature = "object-store")]
+    pub s3_url: String,
+    /// The TTL of the peers' locks (as ours).
+    #[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
+    pub ttl: Duration,
+}
+
+/// One store of the benchmark.
+pub struct Entry {
+    /// `memory`, `sqlite`, `postgres`, `redis`, `etcd`, `s3`.
+    pub name: &'static str,
+    /// The URL scheme ours opens from.
+    pub scheme: &'static str,
+    /// Connects (checks the server answers); `None` when this build lacks
+    /// the store, with the reason.
+    pub connect: std::result::Result<Connect, &'static str>,
+}
+
+/// Connects to a store's server.
+pub type Connect = for<'a> fn(&'a Settings) -> BoxFuture<'a, Result<Arc<dyn Bench>>>;
+
+/// Every store, in report order: those this build has, then slots for the
+/// ones still being built.
+pub fn table() -> Vec<Entry> {
+    #[allow(unused_mut)]
+    let mut stores = vec![memory::ENTRY, sqlite::ENTRY];
+    #[cfg(feature = "postgres")]
+    stores.push(postgres::ENTRY);
+    #[cfg(not(feature = "postgres"))]
+    stores.push(Entry {
+        name: "postgres",
+        scheme: "postgres",
+        connect: Err("built without the bench feature `postgres`"),
+    });
+    #[cfg(feature = "redis")]
+    stores.push(redis::ENTRY);
+    #[cfg(not(feature = "redis"))]
+    stores.push(Entry {
+        name: "redis",
+        scheme: "redis",
+        connect: Err("built without the bench feature `redis`"),
+    });
+    #[cfg(feature = "etcd")]
+    stores.push(etcd::ENTRY);
+    #[cfg(not(feature = "etcd"))]
+    stores.push(Entry {
+        name: "etcd",
+        scheme: "etcd",
+        connect: Err("built without the bench feature `etcd`"),
+    });
+    #[cfg(feature = "object-store")]
+    stores.push(object::ENTRY);
+    #[cfg(not(feature = "object-store"))]
+    stores.push(Entry {
+        name: "s3",
+        scheme: "s3",
+        connect: Err("built without the bench feature `object-store`"),
+    });
+    stores
+}
+
+/// A store under test, connected.
+#[async_trait]
+pub trait Bench: Send + Sync {
+    /// The store's name (as in [`Entry::name`]).
+    fn name(&self) -> &'static str;
+
+    /// Where it is (URL without password).
+    fn shown_url(&self) -> String;
+
+    /// The server's version, where there is a server.
+    async fn server(&self) -> Option<String>;
+
+    /// Opens ours on a new, empty namespace named by `tag` (a table, a key
+    /// prefix, a file; lower-case letters, digits and `_`), from a store
+    /// URL, with the baseline and the peer on the same client and pool.
+    async fn open(&self, tag: &str) -> Result<Opened>;
+
+    /// Whether another process opening [`Opened::url`] sees the same
+    /// leases (not so for `memory:`).
+    fn shared_across_processes(&self) -> bool {
+        true
+    }
+
+    /// Removes every namespace [`Bench::open`] made.
+    async fn cleanup(&self) -> Result<()>;
+}
+
+/// Ours on a fresh namespace, and the baseline beside it.
+pub struct Opened {
+    /// The store URL (with its password: for a child process only).
+    pub url: String,
+    /// Ours, opened from [`Opened::url`].
+    pub store: Arc<dyn LeaseStore>,
+    /// The baseline on the same client library and pool.
+    pub baseline: Arc<dyn Baseline>,
+    /// The peer lock, if one runs here.
+    pub peer: Option<Arc<dyn Peer>>,
+}
+
+/// The store's minimal single-round-trip compare-and-set.
+#[async_trait]
+pub trait Baseline: Send + Sync {
+    /// What one compare-and-set is.
+    fn describe(&self) -> String;
+
+    /// A register of its own (a row, a key) for one client, at version 0.
+    async fn register(&self) -> Result<Box<dyn Register>>;
+}
+
+/// One client's register.
+#[async_trait]
+pub trait Register: Send {
+    /// One round trip: writes `data` and version + 1 where the stored
+    /// version is the one this client last wrote; an error otherwise.
+    async fn cas(&mut self, data: &Bytes) -> Result<()>;
+}
+
+/// The lock users already have on a server.
+#[async_trait]
+pub trait Peer: Send + Sync {
+    /// What it is.
+    fn describe(&self) -> String;
+
+    /// A client: `dedicated` for one that waits (its own connection or
+    /// session), else one sharing a pool or connection like ours.
+    async fn client(&self, dedicated: bool) -> Result<Box<dyn PeerClient>>;
+}
+
+/// One client of a peer lock.
+#[async_trait]
+pub trait PeerClient: Send {
+    /// Takes `key` if it is free, without waiting; an error when it is held.
+    async fn try_lock(&mut self, key: &str) -> Result<()>;
+
+    /// Takes `key`, waiting the peer's own way while it is held.
+    async fn lock(&mut self, key: &str) -> Result<()>;
+
+    /// Frees `key`.
+    async fn unlock(&mut self, key: &str) -> Result<()>;
+
+    /// Extends the held `key` by the TTL, where the peer has such a thing
+    /// (`None` where it has not: a session lock needs no renewal).
+    async fn extend(&mut self, _key: &str) -> Option<Result<()>> {
+        None
+    }
+}
+
+/// A store with its notifications hidden: waiters only poll. Everything
+/// else goes to the store unchanged.
+pub struct PollOnly(pub Arc<dyn LeaseStore>);
+
+#[async_trait]
+impl LeaseStore for PollOnly {
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> worklease::Result<Grant> {
+        self.0.acquire(work_id, holder_id, ttl).await
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> worklease::Result<SystemTime> {
+        self.0.renew(lease, ttl).await
+    }
+
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> worklease::Result<SystemTime> {
+        self.0.checkpoint(lease, ttl, data).await
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> worklease::Result<Checkpoint> {
+        self.0.read_checkpoint(lease).await
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> worklease::Result<()> {
+        self.0.release(lease).await
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> worklease::Result<Vec<LeaseInfo>> {
+        self.0.inspect(work_ids).await
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> worklease::Result<Option<LeaseInfo>> {
+        self.0.revoke(work_id).await
+    }
+
+    // `watch` keeps its default: no notifications.
+}
+
+/// An error for a compare-and-set that found another version.
+pub fn cas_lost(what: &str) -> crate::BoxError {
+    format!("the baseline's compare-and-set on {what} found another version").into()
+}
