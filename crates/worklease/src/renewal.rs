@@ -10,6 +10,15 @@
 //! lost lease alive. When the lease is lost the lost signal fires with the
 //! cause: `Fenced` or `Expired` at once (never retried), `WindowExhausted`
 //! when the deadline passed without a successful renewal.
+//!
+//! Between renewals the task also listens to the store's notifications for
+//! its work ID ([`LeaseStore::watch`](crate::LeaseStore::watch): release
+//! and revocation): on one it renews at once (at most once per 100 ms
+//! after the last renewal), so a lease taken away by an operator
+//! (`revoke`, `worklease release --force`) fires the lost signal within
+//! the store's notification latency instead of at the next interval. On
+//! stores without notifications (register stores such as S3) the holder
+//! learns of it at its next renewal, as before.
 
 use std::time::Duration;
 
@@ -132,11 +141,15 @@ impl Renewal {
         });
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
+        // Watch before returning: a revocation right after `start` returns
+        // must be seen, even before the task first runs.
+        let watched = leases.store().watch(&token.work_id);
         let task = tokio::spawn(run(
             leases,
             token,
             options,
             interval,
+            watched,
             tx,
             lost.clone(),
             stop.clone(),
@@ -262,11 +275,26 @@ impl Drop for Renewal {
     }
 }
 
+/// The shortest time between a renewal and an early one woken by a store
+/// notification: a store that notifies often (spurious wake-ups are
+/// allowed) costs at most one renewal per this gap.
+const EARLY_CHECK_GAP: Duration = Duration::from_millis(100);
+
+/// Completes when `watched` does; never when there is none.
+async fn notified(watched: &mut Option<futures_util::future::BoxFuture<'static, ()>>) {
+    match watched.as_mut() {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn run(
     leases: Leases,
     mut token: Token,
     options: RenewalOptions,
     interval: Duration,
+    mut watched: Option<futures_util::future::BoxFuture<'static, ()>>,
     tx: watch::Sender<Shared>,
     lost: CancellationToken,
     stop: CancellationToken,
@@ -279,11 +307,21 @@ async fn run(
         .map(|d| d - (leases.ttl() - leases.safety_margin()));
     loop {
         if let Some(sent) = last_sent {
-            tokio::select! {
+            let early = tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(sent + interval) => {}
+                _ = tokio::time::sleep_until(sent + interval) => false,
+                _ = notified(&mut watched) => true,
+            };
+            if early {
+                tracing::debug!(work_id = %token.work_id, "store notification for a held lease: renewing now");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep_until((sent + EARLY_CHECK_GAP).min(sent + interval)) => {}
+                }
             }
         }
+        // Watch again before renewing: a change after this renewal is seen.
+        watched = leases.store().watch(&token.work_id);
         let mut attempt = 0;
         let mut backoff = options.backoff_initial;
         let outcome = loop {

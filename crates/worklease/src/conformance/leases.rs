@@ -557,6 +557,35 @@ pub async fn renewal_lost_when_fenced(s: &Suite) {
     assert_eq!(faulty.calls(), calls, "Fenced is never retried");
 }
 
+/// On a store with notifications ([`crate::LeaseStore::watch`]), a renewing
+/// holder learns of a revocation from the notification, long before its
+/// next renewal is due: its lost signal fires with `Fenced` within a
+/// second although the renewal interval is 20 s. (Stores without
+/// notifications learn of it at the next renewal:
+/// [`renewal_lost_when_fenced`].)
+pub async fn renewal_sees_a_revocation_at_once(s: &Suite) {
+    let id = s.work_id("revoked-now");
+    let work_id = WorkId::new(id.clone()).expect("valid");
+    if s.store.watch(&work_id).is_none() {
+        return;
+    }
+    let a = Leases::new(
+        s.store.clone(),
+        Config::new("revoked-now-a", Duration::from_secs(60)),
+    )
+    .expect("config");
+    let t = a.acquire(&id, fast()).await.expect("acquire");
+    let renewal = a.start_renewal(t, RenewalOptions::new()).expect("renewal");
+    s.store.revoke(&work_id).await.expect("revoke");
+    let cause = tokio::time::timeout(Duration::from_secs(1), renewal.lost())
+        .await
+        .expect("a revoked lease is lost within a second, not at the next renewal (20 s)");
+    assert!(
+        matches!(cause, Error::Fenced { .. }),
+        "cause must be Fenced, got {cause:?}"
+    );
+}
+
 #[derive(Default)]
 struct History {
     /// Per work ID: the live belief (holder, token, deadline) and the last

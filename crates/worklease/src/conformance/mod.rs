@@ -156,6 +156,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
+            $crate::conformance_tests!(@one $paused, $make, renewal_sees_a_revocation_at_once);
             $crate::conformance_tests!(@one $paused, $make, deadline_holds_at_sub_millisecond_phase);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
