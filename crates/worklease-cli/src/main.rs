@@ -29,6 +29,7 @@
 //! `sqlite:PATH`, `sqlite://PATH` (one host), `memory:` (private to one
 //! process), `postgres://user@host:port/db?table=...`,
 //! `redis://host:port/db?prefix=...`, `etcd://host:2379,host:2379?prefix=...`
+//! (`etcds://...&cacert=PATH` for TLS)
 //! and `s3://BUCKET/PREFIX?endpoint=URL&region=REGION` (across machines;
 //! S3 credentials from the `AWS_*` variables). An `s3://` store has no
 //! clock and judges expiry by observation: `status` shows its held leases
@@ -112,6 +113,7 @@ Examples:
 Store: --store URL or WORKLEASE_STORE. Across machines:
 postgres://user@host:5432/db?table=worklease_leases,
 redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklease/
+(etcds://...&cacert=PATH[&cert=PATH&key=PATH] for TLS)
 or s3://BUCKET/PREFIX?endpoint=URL&region=REGION (endpoint and region optional;
 credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or another AWS_*
 source; expiry judged by observation, see `status --help`). Passwords are

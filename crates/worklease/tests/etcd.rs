@@ -2,8 +2,10 @@
 //! conformance suite on a single member, the etcd-specific guarantees (TTLs
 //! rounded up to whole seconds, fencing tokens from etcd's revisions,
 //! checkpoints that outlive the lease key, push hand-off through a watch,
-//! renewals from another process, work IDs kept inside the prefix), and a
-//! three-member cluster whose Raft leader is killed while holders work.
+//! renewals from another process, work IDs kept inside the prefix), a
+//! three-member cluster whose Raft leader is killed while holders work, and
+//! (feature `etcd-tls`) a member of its own serving TLS with a throwaway CA
+//! made by rcgen.
 //!
 //! The single member comes from `WORKLEASE_TEST_ETCD_URL` (default
 //! `etcd://127.0.0.1:2379`; `.ci/services/etcd.sh` starts one). Every test
@@ -708,16 +710,36 @@ struct Member {
     child: Option<Child>,
 }
 
-/// Three etcd members on loopback, stopped and removed when dropped.
+/// The certificate (PEM files) a member serves its clients with, the CA
+/// certificate that signed it (a PEM file), which the member also requires
+/// of its clients' certificates (`--client-cert-auth`), and a client
+/// certificate and key (PEM) it accepts.
+#[cfg_attr(not(feature = "etcd-tls"), allow(dead_code))]
+struct ServerTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    client_cert_pem: String,
+    client_key_pem: String,
+}
+
+/// Etcd members on loopback, stopped and removed when dropped.
 struct Cluster {
     bin: PathBuf,
     dir: tempfile::TempDir,
     initial: String,
     members: Vec<Member>,
+    /// TLS for the client URLs (peers talk plain HTTP on loopback).
+    tls: Option<ServerTls>,
 }
 
 impl Cluster {
     async fn start(n: usize) -> Self {
+        Self::start_with(n, None).await
+    }
+
+    /// `n` members whose client URLs are `https://` with `tls`, when given.
+    async fn start_with(n: usize, tls: Option<ServerTls>) -> Self {
         let mut used = std::collections::HashSet::new();
         let mut port = || loop {
             let p = free_port();
@@ -743,6 +765,7 @@ impl Cluster {
             dir: tempfile::tempdir().expect("tempdir"),
             initial,
             members,
+            tls,
         };
         for i in 0..n {
             cluster.spawn(i);
@@ -755,14 +778,25 @@ impl Cluster {
 
     fn spawn(&mut self, i: usize) {
         let m = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let client = self.endpoint(i);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("{}.log", m.name)))
             .expect("log file");
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key)
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca);
+        }
+        let child = command
             .args(["--name", &m.name])
             .arg("--data-dir")
             .arg(self.dir.path().join(&m.name))
@@ -781,7 +815,8 @@ impl Cluster {
     }
 
     fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
     }
 
     fn hosts(&self) -> Vec<String> {
@@ -792,10 +827,22 @@ impl Cluster {
     }
 
     async fn member_client(&self, i: usize) -> Option<Client> {
-        let options = ConnectOptions::new()
+        #[cfg_attr(not(feature = "etcd-tls"), allow(unused_mut))]
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_millis(500))
             .with_timeout(Duration::from_secs(1))
             .with_require_leader(true);
+        #[cfg(feature = "etcd-tls")]
+        if let Some(tls) = &self.tls {
+            let ca = std::fs::read(&tls.ca).expect("the CA certificate");
+            let identity =
+                etcd_client::Identity::from_pem(&tls.client_cert_pem, &tls.client_key_pem);
+            options = options.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(ca))
+                    .identity(identity),
+            );
+        }
         Client::connect([self.endpoint(i)], Some(options))
             .await
             .ok()
@@ -1381,4 +1428,128 @@ async fn a_hung_member_costs_no_lease() {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------
+// TLS (`etcds://`, feature `etcd-tls`).
+
+/// A throwaway CA (its certificate in PEM, and an issuer to sign with),
+/// named `name`.
+#[cfg(feature = "etcd-tls")]
+fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let key = rcgen::KeyPair::generate().expect("CA key");
+    let pem = params.self_signed(&key).expect("CA certificate").pem();
+    (pem, rcgen::Issuer::new(params, key))
+}
+
+/// A member serving `https://127.0.0.1:PORT` with a certificate of a
+/// throwaway CA, and requiring client certificates of that CA, takes
+/// `etcds://` URLs that trust that CA and give a client certificate (the
+/// whole lifecycle works), and refuses, with an error that says what is
+/// wrong, URLs without the client certificate, that trust the system's
+/// roots or another CA, or that use plain `etcd://`.
+#[cfg(feature = "etcd-tls")]
+#[tokio::test]
+async fn tls_members_take_etcds_urls_that_trust_their_ca() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca_pem, issuer) = test_ca("worklease test CA");
+    let server_key = rcgen::KeyPair::generate().expect("server key");
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("server params")
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate");
+    let client_key = rcgen::KeyPair::generate().expect("client key");
+    let client = rcgen::CertificateParams::new(vec!["worklease-test".to_string()])
+        .expect("client params")
+        .signed_by(&client_key, &issuer)
+        .expect("client certificate");
+    let (other_ca_pem, _) = test_ca("another CA");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write PEM");
+        path
+    };
+    let ca = write("ca.pem", &ca_pem);
+    let client_cert = write("client.pem", &client.pem());
+    let client_key_file = write("client-key.pem", &client_key.serialize_pem());
+    let tls = ServerTls {
+        cert: write("server.pem", &server.pem()),
+        key: write("server-key.pem", &server_key.serialize_pem()),
+        ca: ca.clone(),
+        client_cert_pem: client.pem(),
+        client_key_pem: client_key.serialize_pem(),
+    };
+    let other_ca = write("other-ca.pem", &other_ca_pem);
+    let cluster = Cluster::start_with(1, Some(tls)).await;
+    let host = cluster.hosts().remove(0);
+    let prefix = unique_prefix();
+    let enc = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let path = |p: &std::path::Path| enc(&p.display().to_string());
+    let with_ca = |ca: &std::path::Path| {
+        format!("etcds://{host}?prefix={}&cacert={}", enc(&prefix), path(ca))
+    };
+    let url = format!(
+        "{}&cert={}&key={}",
+        with_ca(&ca),
+        path(&client_cert),
+        path(&client_key_file)
+    );
+
+    let store = EtcdStore::open(&url).expect("an etcds:// URL");
+    assert!(store.config().is_tls());
+    let ttl = Duration::from_secs(2);
+    let a = leases(Arc::new(store), "tls-a", ttl);
+    let t = a
+        .acquire("jobs/tls", AcquireOptions::new())
+        .await
+        .expect("acquire over TLS");
+    let t2 = a.renew(&t).await.expect("renew over TLS");
+    assert_eq!(t2.fencing_token(), t.fencing_token());
+    let t3 = a
+        .checkpoint(&t2, &b"over TLS"[..])
+        .await
+        .expect("checkpoint over TLS");
+    let c = a.read_checkpoint(&t3).await.expect("read over TLS");
+    assert_eq!(c.data.as_deref(), Some(&b"over TLS"[..]));
+    a.release(t3).await.expect("release over TLS");
+
+    let refused = |url: String| async move {
+        let config = EtcdConfig::from_url(&url)
+            .expect("valid URL")
+            .connect_timeout(Duration::from_secs(1))
+            .request_timeout(Duration::from_secs(1));
+        let e = EtcdStore::new(config)
+            .ready()
+            .await
+            .expect_err("the member must not be usable");
+        // The message shows the causes.
+        e.to_string()
+    };
+    // The system's roots do not hold the throwaway CA; the other CA did
+    // not sign the member's certificate.
+    for url in [
+        format!("etcds://{host}?prefix={}", enc(&prefix)),
+        with_ca(&other_ca),
+    ] {
+        let text = refused(url).await;
+        assert!(text.contains("invalid peer certificate"), "{text}");
+    }
+    // The member wants a client certificate: a TLS alert
+    // ("BadCertificate"), or a closed connection with a hint.
+    let text = refused(with_ca(&ca)).await;
+    assert!(
+        text.contains("received fatal alert: BadCertificate")
+            || text.contains("if it requires client certificates, add &cert=PATH&key=PATH"),
+        "{text}"
+    );
+    // Plain HTTP/2 to a TLS listener.
+    let text = refused(format!("etcd://{host}?prefix={}", enc(&prefix))).await;
+    assert!(text.contains("if it serves TLS, write etcds://"), "{text}");
 }

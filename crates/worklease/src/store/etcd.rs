@@ -156,14 +156,24 @@
 //! largest checkpoint (1 MiB, [`crate::limits::MAX_CHECKPOINT_BYTES`])
 //! stays under. `inspect` of every lease lists the `acq` keys in pages.
 //!
-//! Not supported yet: TLS (`etcds://`; `etcd-client` offers rustls behind
-//! its `tls` feature, this version does not wire it up: use a TLS tunnel or
-//! a trusted network) and client certificates.
-//!
 //! URL: `etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/][?prefix=P]`
 //! ([`EtcdConfig::from_url`]); the port defaults to 2379. A user name
 //! turns on etcd's authentication (the password is sent to get a token,
 //! never shown: see [`crate::store::url::redact`]).
+//!
+//! TLS (cargo feature `etcd-tls`, rustls through `etcd-client`'s `tls`):
+//! `etcds://HOST:PORT,...?prefix=P&cacert=PATH[&cert=PATH&key=PATH]`
+//! talks TLS to every member and verifies its certificate and name (the
+//! host as written: an IP address must be in the certificate's names)
+//! against the PEM file `cacert`, or, without it, the system's roots
+//! (`SSL_CERT_FILE` and `SSL_CERT_DIR` are honoured). `cert` and `key`
+//! (PEM, both or neither) are a client certificate for members run with
+//! `--client-cert-auth`. The files are read when the URL is parsed: an
+//! unreadable file or one without PEM in it is an
+//! [`InvalidInput::StoreUrl`] naming the file, never quoting it. A plain
+//! `etcd://` URL against a TLS member fails with a store error that says
+//! to write `etcds://` (the member closes plain connections); an untrusted
+//! member certificate with rustls's `invalid peer certificate`.
 //!
 //! ```no_run
 //! # async fn demo() -> worklease::Result<()> {
@@ -391,6 +401,57 @@ pub struct EtcdConfig {
     prefix: String,
     connect_timeout: Duration,
     request_timeout: Duration,
+    /// TLS (`etcds://`), when on.
+    #[cfg(feature = "etcd-tls")]
+    tls: Option<Tls>,
+}
+
+/// A PEM file named in an `etcds://` URL, and its contents as read when
+/// the URL was parsed.
+#[cfg(feature = "etcd-tls")]
+#[derive(Clone, PartialEq, Eq)]
+struct PemFile {
+    path: std::path::PathBuf,
+    pem: Vec<u8>,
+}
+
+#[cfg(feature = "etcd-tls")]
+impl PemFile {
+    /// Reads `path` (named `what` in errors: `cacert`, `cert` or `key`)
+    /// and checks that it holds PEM certificates, or a PEM private key
+    /// when `what` is `key`. The reason names the file, never its
+    /// contents.
+    fn read(what: &str, path: std::path::PathBuf) -> std::result::Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let shown = path.display().to_string();
+        let pem = std::fs::read(&path).map_err(|e| format!("cannot read {what} {shown}: {e}"))?;
+        let valid = if what == "key" {
+            PrivateKeyDer::from_pem_slice(&pem).is_ok()
+        } else {
+            let mut certs = CertificateDer::pem_slice_iter(&pem).peekable();
+            certs.peek().is_some() && certs.all(|c| c.is_ok())
+        };
+        if !valid {
+            let holds = if what == "key" {
+                "a PEM private key"
+            } else {
+                "PEM certificates"
+            };
+            return Err(format!("{what} {shown} does not hold {holds}"));
+        }
+        Ok(Self { path, pem })
+    }
+}
+
+/// TLS settings: the certificates to trust (`None`: the system's roots)
+/// and an optional client certificate and key.
+#[cfg(feature = "etcd-tls")]
+#[derive(Clone, PartialEq, Eq, Default)]
+struct Tls {
+    ca: Option<PemFile>,
+    identity: Option<(PemFile, PemFile)>,
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -509,6 +570,8 @@ impl EtcdConfig {
             prefix: DEFAULT_PREFIX.to_string(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            #[cfg(feature = "etcd-tls")]
+            tls: None,
         })
     }
 
@@ -518,11 +581,19 @@ impl EtcdConfig {
     /// percent-encoded), and `prefix`, the key prefix (percent-decoded;
     /// default [`DEFAULT_PREFIX`]).
     ///
+    /// `etcds://` (feature `etcd-tls`) is the same over TLS, with the
+    /// parameters `cacert=PATH` (PEM certificates to trust; default: the
+    /// system's roots) and `cert=PATH&key=PATH` (a PEM client certificate
+    /// and its key), percent-decoded. The files are read here.
+    ///
     /// # Errors
     /// [`InvalidInput::StoreUrl`], with the URL redacted, for another
-    /// scheme (`etcds://` included: no TLS in this version), a bad member
-    /// list, a path, a fragment, an unknown or repeated parameter, or a bad
-    /// prefix.
+    /// scheme (`etcds://` too in a build without `etcd-tls`), a bad member
+    /// list, a path, a fragment, an unknown or repeated parameter, a bad
+    /// prefix, `cacert`, `cert` or `key` in an `etcd://` URL, `cert`
+    /// without `key` or the reverse, or a PEM file that cannot be read or
+    /// holds no PEM certificate (no PEM private key for `key`): the reason
+    /// names the file, never its contents.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
         let Some((scheme, rest)) = url.split_once("://") else {
@@ -531,22 +602,22 @@ impl EtcdConfig {
                 "not an etcd URL: write etcd://HOST:PORT,HOST:PORT?prefix=PREFIX",
             ));
         };
-        match scheme.to_ascii_lowercase().as_str() {
-            "etcd" => {}
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "etcd" => false,
+            "etcds" if cfg!(feature = "etcd-tls") => true,
             "etcds" => {
                 return Err(url_error(
                     url,
-                    "TLS (etcds://) is not supported by this version of worklease's etcd store: \
-                     use etcd:// on a trusted network or through a TLS tunnel",
+                    "TLS (etcds://) needs the cargo feature `etcd-tls` of worklease",
                 ))
             }
             other => {
                 return Err(url_error(
                     url,
-                    format!("the etcd store takes etcd:// URLs, not {other}://"),
+                    format!("the etcd store takes etcd:// or etcds:// URLs, not {other}://"),
                 ))
             }
-        }
+        };
         if rest.contains('#') {
             return Err(url_error(url, "an etcd URL takes no #fragment"));
         }
@@ -595,35 +666,73 @@ impl EtcdConfig {
             })?);
         }
         let mut prefix: Option<String> = None;
+        // `cacert`, `cert` and `key`, percent-decoded.
+        let mut files: [Option<String>; 3] = [None, None, None];
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
-                "prefix" => {
-                    // Given twice, "last one wins" would let a copy-paste
-                    // slip put two fleets under two prefixes.
-                    if prefix.is_some() {
-                        return Err(url_error(url, "the parameter \"prefix\" appears twice"));
-                    }
-                    prefix = Some(decode(url, "prefix", value)?);
-                }
+            // Given twice, "last one wins" would let a copy-paste slip put
+            // two fleets under two prefixes.
+            let twice = || url_error(url, format!("the parameter {key:?} appears twice"));
+            let slot = match key {
+                "prefix" => &mut prefix,
+                "cacert" => &mut files[0],
+                "cert" => &mut files[1],
+                "key" => &mut files[2],
                 other => {
                     return Err(url_error(
                         url,
-                        format!("unknown parameter {other:?}: the accepted one is prefix"),
+                        format!(
+                            "unknown parameter {other:?}: the accepted ones are prefix, and \
+                             cacert, cert and key with etcds://"
+                        ),
                     ))
                 }
+            };
+            if slot.is_some() {
+                return Err(twice());
             }
+            *slot = Some(decode(url, key, value)?);
+        }
+        if !tls && files.iter().any(Option::is_some) {
+            return Err(url_error(
+                url,
+                "cacert, cert and key are TLS settings: write etcds:// to use TLS",
+            ));
         }
         let prefix = with_slash(prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_string()));
         if let Some(reason) = check_prefix(&prefix) {
             return Err(url_error(url, reason));
         }
+        #[cfg(feature = "etcd-tls")]
+        let tls = match tls {
+            false => None,
+            true => {
+                let [ca, cert, key] = files;
+                let read = |what: &str, path: String| {
+                    PemFile::read(what, path.into()).map_err(|why| url_error(url, why))
+                };
+                let identity = match (cert, key) {
+                    (Some(cert), Some(key)) => Some((read("cert", cert)?, read("key", key)?)),
+                    (None, None) => None,
+                    _ => {
+                        return Err(url_error(
+                            url,
+                            "a client certificate needs both cert=PATH and key=PATH",
+                        ))
+                    }
+                };
+                let ca = ca.map(|ca| read("cacert", ca)).transpose()?;
+                Some(Tls { ca, identity })
+            }
+        };
         Ok(Self {
             hosts: hosts_checked,
             user,
             prefix,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            #[cfg(feature = "etcd-tls")]
+            tls,
         })
     }
 
@@ -636,10 +745,34 @@ impl EtcdConfig {
             Some((name, password)) => format!("{}:{}@", enc(name), enc(password)),
             None => String::new(),
         };
-        let mut url = format!("etcd://{user}{}", self.hosts.join(","));
+        let mut params = Vec::new();
         if self.prefix != DEFAULT_PREFIX {
-            url.push_str("/?prefix=");
-            url.push_str(&enc(&self.prefix));
+            params.push(format!("prefix={}", enc(&self.prefix)));
+        }
+        #[cfg(feature = "etcd-tls")]
+        let scheme = match &self.tls {
+            None => "etcd",
+            Some(tls) => {
+                let mut file = |name: &str, f: &PemFile| {
+                    let path = f.path.to_string_lossy();
+                    params.push(format!("{name}={}", enc(&path)));
+                };
+                if let Some(ca) = &tls.ca {
+                    file("cacert", ca);
+                }
+                if let Some((cert, key)) = &tls.identity {
+                    file("cert", cert);
+                    file("key", key);
+                }
+                "etcds"
+            }
+        };
+        #[cfg(not(feature = "etcd-tls"))]
+        let scheme = "etcd";
+        let mut url = format!("{scheme}://{user}{}", self.hosts.join(","));
+        if !params.is_empty() {
+            url.push_str("/?");
+            url.push_str(&params.join("&"));
         }
         url
     }
@@ -693,8 +826,40 @@ impl EtcdConfig {
         self
     }
 
+    /// Whether requests go over TLS (`etcds://`).
+    pub fn is_tls(&self) -> bool {
+        #[cfg(feature = "etcd-tls")]
+        let tls = self.tls.is_some();
+        #[cfg(not(feature = "etcd-tls"))]
+        let tls = false;
+        tls
+    }
+
+    /// What to suggest when a member closed the connection under a
+    /// request ([`closed_by_peer`]): TLS if the URL has none; a client
+    /// certificate if the URL has TLS without one (a member run with
+    /// `--client-cert-auth` closes the connection after the handshake in
+    /// TLS 1.3).
+    fn closed_hint(&self) -> &'static str {
+        #[cfg(feature = "etcd-tls")]
+        if let Some(tls) = &self.tls {
+            return match tls.identity {
+                None => {
+                    " (the member closed the connection: if it requires client certificates, \
+                     add &cert=PATH&key=PATH)"
+                }
+                Some(_) => "",
+            };
+        }
+        " (the member closed the connection: if it serves TLS, write etcds://)"
+    }
+
     fn endpoints(&self) -> Vec<String> {
-        self.hosts.iter().map(|h| format!("http://{h}")).collect()
+        let scheme = if self.is_tls() { "https" } else { "http" };
+        self.hosts
+            .iter()
+            .map(|h| format!("{scheme}://{h}"))
+            .collect()
     }
 
     fn connect_options(&self) -> ConnectOptions {
@@ -713,6 +878,19 @@ impl EtcdConfig {
             .with_auto_token_refresh(true);
         if let Some((name, password)) = &self.user {
             options = options.with_user(name.clone(), password.clone());
+        }
+        #[cfg(feature = "etcd-tls")]
+        if let Some(tls) = &self.tls {
+            use etcd_client::{Certificate, Identity, TlsOptions};
+            let mut config = TlsOptions::new();
+            config = match &tls.ca {
+                Some(ca) => config.ca_certificate(Certificate::from_pem(&ca.pem)),
+                None => config.with_native_roots(),
+            };
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(&cert.pem, &key.pem));
+            }
+            options = options.with_tls(config);
         }
         options
     }
@@ -827,6 +1005,41 @@ fn never_reached(e: &etcd_client::Error) -> bool {
     while let Some(err) = source {
         if err.is::<tonic::ConnectError>() {
             return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Whether the member closed or reset the connection under a request
+/// (hyper then cancels the request): what a member that serves TLS does to
+/// a client that speaks plain HTTP/2, and one run with
+/// `--client-cert-auth`, at times, to a client without a certificate (at
+/// other times it sends an alert, which rustls reports as "received fatal
+/// alert: BadCertificate"). Only used to add a hint to the error.
+fn closed_by_peer(e: &etcd_client::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            if status.code() == tonic::Code::Cancelled {
+                return true;
+            }
+            Some(status)
+        }
+        etcd_client::Error::TransportError(t) => Some(t),
+        etcd_client::Error::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{
+                BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof,
+            };
+            if matches!(
+                io.kind(),
+                BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
+            ) {
+                return true;
+            }
         }
         source = err.source();
     }
@@ -1354,7 +1567,12 @@ impl EtcdStore {
             let out_of_time = budget.next_attempt().is_none();
             if !fails_over(&error) || attempt >= attempts || out_of_time {
                 return Err(if reached {
-                    store_err(what.to_string(), error)
+                    let hint = if closed_by_peer(&error) {
+                        self.config.closed_hint()
+                    } else {
+                        ""
+                    };
+                    store_err(format!("{what}{hint}"), error)
                 } else {
                     self.unreachable(error)
                 });
@@ -2304,7 +2522,10 @@ mod tests {
         let r = reason("etcd://app:s3cret@h?prefx=a");
         assert!(r.contains("unknown parameter \"prefx\""), "{r}");
         assert!(!r.contains("s3cret") && r.contains("app:***@h"), "{r}");
-        assert!(reason("etcds://h").contains("TLS"));
+        assert!(reason("etcd://h?cacert=%2Fca.pem").contains("write etcds://"));
+        if !cfg!(feature = "etcd-tls") {
+            assert!(reason("etcds://h").contains("cargo feature `etcd-tls`"));
+        }
         assert!(reason("etcd://h/leases").contains("no path"));
         assert!(reason("etcd://").contains("not HOST"));
         assert!(reason("etcd://h1,,h2").contains("not HOST"));
@@ -2319,6 +2540,76 @@ mod tests {
         assert!(reason("etcd://:pw@h").contains("user name"));
         assert!(reason("redis://h").contains("etcd://"));
         assert!(EtcdConfig::new(Vec::<String>::new()).is_err());
+    }
+
+    #[cfg(feature = "etcd-tls")]
+    #[test]
+    fn tls_urls_read_their_pem_files_and_name_them_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["h".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let enc = |p: &str| utf8_percent_encode(p, URL_ESCAPED).to_string();
+        let ca = write("ca.pem", &cert.pem());
+        let key_file = write("key.pem", &key.serialize_pem());
+        let bad = write("bad.pem", "S3cretContents");
+
+        // System roots without cacert.
+        let c = EtcdConfig::from_url("etcds://h1,h2:1?prefix=p").unwrap();
+        assert!(c.is_tls());
+        assert_eq!(c.endpoints(), ["https://h1:2379", "https://h2:1"]);
+        assert_eq!(c.to_url(), "etcds://h1:2379,h2:1/?prefix=p%2F");
+        let url = format!(
+            "etcds://app:pw@h?cacert={}&cert={}&key={}",
+            enc(&ca),
+            enc(&ca),
+            enc(&key_file)
+        );
+        let c = EtcdConfig::from_url(&url).unwrap();
+        assert_eq!(EtcdConfig::from_url(&c.to_url()).unwrap(), c);
+        assert!(!EtcdConfig::from_url("etcd://h").unwrap().is_tls());
+
+        let missing = dir.path().join("missing.pem").display().to_string();
+        for (query, names, says) in [
+            (
+                format!("cacert={}", enc(&bad)),
+                &bad,
+                "does not hold PEM certificates",
+            ),
+            (
+                format!("cacert={}", enc(&missing)),
+                &missing,
+                "cannot read cacert",
+            ),
+            (
+                format!("cert={}&key={}", enc(&ca), enc(&bad)),
+                &bad,
+                "does not hold a PEM private key",
+            ),
+            (
+                format!("cert={}&key={}", enc(&key_file), enc(&key_file)),
+                &key_file,
+                "does not hold PEM certificates",
+            ),
+        ] {
+            let r = reason(&format!("etcds://h?{query}"));
+            assert!(r.contains(names.as_str()) && r.contains(says), "{r}");
+            assert!(
+                !r.contains("S3cretContents") && !r.contains("PRIVATE"),
+                "{r}"
+            );
+        }
+        let r = reason(&format!("etcds://h?cert={}", enc(&ca)));
+        assert!(r.contains("both cert=PATH and key=PATH"), "{r}");
+        let r = reason("etcds://h?cacert=a&cacert=b");
+        assert!(r.contains("\"cacert\" appears twice"), "{r}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! | `postgres://user@host:port/db?table=NAME` or `postgresql://…` | the PostgreSQL store (`store::postgres::PostgresStore`, feature `postgres`): tokio-postgres's connection settings plus `table` (default `worklease_leases`); connects on first use |
 //! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
 //! | `s3://BUCKET[/PREFIX]?endpoint=URL&region=R` | the object-storage store (`store::object::S3Config`, feature `object-store`) on S3 or an S3-compatible server: one object per work ID under PREFIX (default `worklease`); credentials from the `AWS_*` environment variables, never from the URL |
-//! | `etcd://[user:password@]host:port,host:port,…?prefix=P` | the etcd store (`store::etcd::EtcdStore`, feature `etcd`): one or more members (port 2379 by default), key prefix `P` (default `worklease/`); connects on first use. `etcds://` (TLS) is refused with a reason |
+//! | `etcd://[user:password@]host:port,host:port,…?prefix=P` | the etcd store (`store::etcd::EtcdStore`, feature `etcd`): one or more members (port 2379 by default), key prefix `P` (default `worklease/`); connects on first use. `etcds://…?cacert=PATH[&cert=PATH&key=PATH]` is the same over TLS (feature `etcd-tls`; the system's roots without `cacert`) |
 //!
 //! A SQLite PATH is taken literally (no percent-decoding, no query
 //! parameters): `sqlite:/var/lib/worklease/leases.db` and
@@ -802,6 +802,10 @@ mod tests {
             // An encoded ':' in the user name: anything before '@' is secret.
             ("etcd://app%3AS3cret@h:2379", "etcd://***@h:2379"),
             ("etcd://app%3AS3cret:pw@h", "etcd://***@h"),
+            (
+                "etcds://app:pw@h?cacert=%2Fca.pem",
+                "etcds://app:***@h?cacert=%2Fca.pem",
+            ),
             (
                 "etcd://app:S3cretPart?rest@127.0.0.1:32479",
                 "etcd://app:***@127.0.0.1:32479",
