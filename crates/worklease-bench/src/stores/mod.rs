@@ -5,18 +5,13 @@
 //! here, its peer (the lock users already have on that server).
 //!
 //! Adding a store is adding a module with an [`Entry`] and listing it in
-//! [`table`]. Slots for the stores still being built:
-//!
-//! * **etcd** (`etcd://`, bench feature `etcd` → `worklease/etcd`): the
-//!   baseline is one `Txn` comparing the key's `mod_revision` and putting
-//!   the new value, on the store's `etcd_client::Client`; the peer is the
-//!   server's own `Lock`/`Unlock` RPC through `etcd-client` (on a lease
-//!   granted with the same TTL).
-//! * **S3 on moto** (`s3://`, bench feature `object-store` →
-//!   `worklease/object-store`): the baseline is one conditional `PUT`
-//!   (`If-Match: <ETag>`) of the register object through the store's
-//!   `object_store` client; no peer runs here (a hand-rolled conditional
-//!   write lock IS the baseline).
+//! [`table`]. etcd (`etcd://`, bench feature `etcd`) and S3 on moto
+//! (`s3://`, bench feature `object-store`) are entries like the others:
+//! etcd's baseline is one `Txn` comparing the key's `mod_revision` and
+//! putting the new value on the store's client, its peer the server's
+//! `Lock`/`Unlock` RPC; S3's baseline is one conditional `PUT`
+//! (`If-Match: <ETag>`) through the store's `object_store` client, its
+//! peer a hand-rolled `PUT If-None-Match: *` / `DELETE` lock.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
