@@ -205,7 +205,6 @@ use etcd_client::{
     ResponseHeader, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use futures_util::future::BoxFuture;
-use futures_util::{StreamExt, TryStreamExt};
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -242,8 +241,6 @@ const ATTEMPT_SHARE: u32 = 5;
 const MIN_ATTEMPT: Duration = Duration::from_millis(250);
 /// How many `acq` keys one page of `inspect` lists.
 const PAGE: i64 = 1000;
-/// How many leases `inspect` reads at once.
-const INSPECT_CONCURRENCY: usize = 64;
 /// How many etcd lease IDs of its own acquisitions a store remembers (a
 /// renewal of one it forgot reads the ID first: one request more).
 const LEASE_CACHE: usize = 4096;
@@ -2220,17 +2217,7 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
-        let ids: BTreeSet<WorkId> = if work_ids.is_empty() {
-            self.list_work_ids().await?
-        } else {
-            work_ids.iter().cloned().collect()
-        };
-        let found: Vec<Option<LeaseInfo>> = futures_util::stream::iter(ids)
-            .map(|id| self.inspect_one(id))
-            .buffered(INSPECT_CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(found.into_iter().flatten().collect())
+        super::inspect_each(work_ids, self.list_work_ids(), |id| self.inspect_one(id)).await
     }
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {

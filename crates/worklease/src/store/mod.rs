@@ -267,3 +267,35 @@ pub trait LeaseStore: Send + Sync + 'static {
         ExpiryClock::Store
     }
 }
+
+/// How many leases [`inspect_each`] reads at once.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+const INSPECT_CONCURRENCY: usize = 64;
+
+/// `inspect` for a store that reads one lease per request: `work_ids`, or
+/// every work ID that `list` returns when it is empty, each read with
+/// `one` (up to 64 at once), in work-ID order, unknown ones left out.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub(crate) async fn inspect_each<L, O, F>(
+    work_ids: &[WorkId],
+    list: L,
+    one: O,
+) -> Result<Vec<LeaseInfo>>
+where
+    L: std::future::Future<Output = Result<std::collections::BTreeSet<WorkId>>>,
+    O: FnMut(WorkId) -> F,
+    F: std::future::Future<Output = Result<Option<LeaseInfo>>>,
+{
+    use futures_util::{StreamExt, TryStreamExt};
+    let ids = if work_ids.is_empty() {
+        list.await?
+    } else {
+        work_ids.iter().cloned().collect()
+    };
+    let found: Vec<Option<LeaseInfo>> = futures_util::stream::iter(ids)
+        .map(one)
+        .buffered(INSPECT_CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(found.into_iter().flatten().collect())
+}

@@ -95,7 +95,6 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use futures_util::{StreamExt, TryStreamExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
     ErrorKind, ProtocolVersion, RedisError, Script, ScriptInvocation, ServerErrorKind, Value,
@@ -124,8 +123,6 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many keys one `SCAN` step asks for when listing every lease.
 const SCAN_COUNT: usize = 1000;
-/// How many leases `inspect` reads at once.
-const INSPECT_CONCURRENCY: usize = 64;
 
 /// The query parameters of the URL that the store reads itself.
 const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
@@ -1050,17 +1047,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
-        let ids: BTreeSet<WorkId> = if work_ids.is_empty() {
-            self.scan_work_ids().await?
-        } else {
-            work_ids.iter().cloned().collect()
-        };
-        let found: Vec<Option<LeaseInfo>> = futures_util::stream::iter(ids)
-            .map(|id| self.inspect_one(id))
-            .buffered(INSPECT_CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(found.into_iter().flatten().collect())
+        super::inspect_each(work_ids, self.scan_work_ids(), |id| self.inspect_one(id)).await
     }
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
