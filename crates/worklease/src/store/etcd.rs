@@ -215,7 +215,7 @@ use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::notify::Watchers;
 use crate::store::record::{self, Phase};
-use crate::store::url::redact;
+use crate::store::url_parts::{redact, url_error};
 use crate::store::{
     Checkpoint, Grant, Handoff, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
 };
@@ -379,14 +379,6 @@ fn millis(d: Duration) -> u64 {
 
 // ---------------------------------------------------------------------
 // Configuration.
-
-fn url_error(url: &str, reason: impl Into<String>) -> Error {
-    InvalidInput::StoreUrl {
-        url: redact(url),
-        reason: reason.into(),
-    }
-    .into()
-}
 
 /// Where and how an [`EtcdStore`] connects. Its `Debug` form shows no
 /// password.

@@ -47,6 +47,7 @@ pub mod register;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;
+pub(crate) mod url_parts;
 
 /// The lease a renew, checkpoint, read or release names: the token's
 /// identity without its times.

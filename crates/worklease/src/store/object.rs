@@ -147,7 +147,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::limits::WorkId;
 use crate::store::register::{Handle, Register, RegisterError, RegisterStore};
-use crate::store::url::redact;
+use crate::store::url_parts::redact;
 use crate::store::{LeaseEnd, LeaseStore};
 
 /// The prefix of the lease objects when none is given.

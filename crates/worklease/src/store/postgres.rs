@@ -117,6 +117,7 @@ use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::notify::Watchers;
 use crate::store::record::{self, Phase};
+use crate::store::url_parts::url_error;
 use crate::store::{
     Checkpoint, Grant, Handoff, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
 };
@@ -365,16 +366,8 @@ impl PostgresUrl {
 
 impl fmt::Debug for PostgresUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&crate::store::url::redact(&self.url), f)
+        fmt::Debug::fmt(&crate::store::url_parts::redact(&self.url), f)
     }
-}
-
-fn url_error(url: &str, reason: impl Into<String>) -> Error {
-    InvalidInput::StoreUrl {
-        url: crate::store::url::redact(url),
-        reason: reason.into(),
-    }
-    .into()
 }
 
 /// A parsed URL: tokio-postgres's settings and ours.

@@ -105,7 +105,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::record::{self, Phase};
-use crate::store::url::redact;
+use crate::store::url_parts::{redact, url_error};
 use crate::store::{
     Checkpoint, Grant, Handoff, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
 };
@@ -207,14 +207,6 @@ fn checked_wait(replicas: u32, timeout: Duration) -> std::result::Result<WaitFor
         ));
     }
     Ok(WaitForReplicas { replicas, timeout })
-}
-
-fn url_error(url: &str, reason: impl Into<String>) -> Error {
-    InvalidInput::StoreUrl {
-        url: redact(url),
-        reason: reason.into(),
-    }
-    .into()
 }
 
 impl RedisConfig {

@@ -1,0 +1,322 @@
+//! What every store URL parser shares with the dispatcher
+//! ([`crate::store::url`]): masking secrets for messages and logs
+//! ([`redact`]), the scheme split and the one error for a malformed URL. A store's own URL
+//! parsing lives in its folder (`config.rs`) and imports this module,
+//! never the dispatcher.
+
+use crate::error::{Error, InvalidInput};
+
+/// The error for a malformed store URL: [`InvalidInput::StoreUrl`] with the
+/// URL [`redact`]ed and `reason` (which must not quote secrets).
+pub(crate) fn url_error(url: &str, reason: impl Into<String>) -> Error {
+    InvalidInput::StoreUrl {
+        url: redact(url),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// The scheme of `url` (the text before the first `:`, lower-cased) and the
+/// rest, or `None` when there is no valid scheme.
+pub(crate) fn split_scheme(url: &str) -> Option<(String, &str)> {
+    let (scheme, rest) = url.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) {
+        return None;
+    }
+    Some((scheme.to_ascii_lowercase(), rest))
+}
+
+/// `url` with its secrets masked, for messages and logs: the password of
+/// the user info (`scheme://user:pass@host` → `scheme://user:***@host`; a
+/// plain user name is kept, but user info without a `:` or with
+/// percent-encoding in the user name, which may hide an encoded `:` and a
+/// password, is masked whole: `scheme://***@host`) and the values of
+/// query parameters whose names look secret (`password`, `secret`, `token`, `key`, `auth`, `credential`,
+/// `signature`, ...). Also the "port" of `scheme://user:secret` when the
+/// `@host` is missing, and the secret-looking values of a libpq-style
+/// connection string (`host=db user=app password=secret`). It accepts any
+/// text, also malformed URLs, and masks rather more than less when in
+/// doubt.
+pub fn redact(url: &str) -> String {
+    // A libpq-style connection string (`host=db password=secret`), or
+    // something like one: mask its secret-looking `key=value` pairs first.
+    if url.contains('=') && (split_scheme(url).is_none() || url.contains(char::is_whitespace)) {
+        return redact_url(&redact_pairs(url));
+    }
+    redact_url(url)
+}
+
+/// [`redact`] for the URL form.
+fn redact_url(url: &str) -> String {
+    let (head, rest) = match split_scheme(url) {
+        Some(_) => match url.find(':') {
+            Some(i) => url.split_at(i + 1),
+            None => ("", url),
+        },
+        None => ("", url),
+    };
+    let (slashes, rest) = match rest.strip_prefix("//") {
+        Some(r) => ("//", r),
+        None => ("", rest),
+    };
+    let (authority_part, tail) = split_user_info(rest);
+    // `scheme://user:secret` without an `@`: the "port" is a password.
+    let tail = if authority_part.is_empty() && !slashes.is_empty() {
+        mask_odd_port(tail)
+    } else {
+        tail.to_string()
+    };
+    let mut out = String::with_capacity(url.len());
+    out.push_str(head);
+    out.push_str(slashes);
+    out.push_str(&authority_part);
+    out.push_str(&redact_query(&tail));
+    out
+}
+
+/// `rest` (a URL after `scheme://`, with no user info) with what follows
+/// the first `:` of its authority masked when that is not a port number
+/// (`user:secret` of a URL that lacks its `@host`). IPv6 literals
+/// (`[::1]:6379`) and host lists (`h1:5432,h2:5433`) are understood.
+fn mask_odd_port(rest: &str) -> String {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    if authority.split(',').all(plain_host_port) {
+        return rest.to_string();
+    }
+    let colon = match authority.strip_prefix('[') {
+        Some(inner) => inner
+            .find(']')
+            .and_then(|i| authority[i + 2..].find(':').map(|j| i + 2 + j)),
+        None => authority.find(':'),
+    };
+    match colon {
+        Some(c) => format!("{}***{after}", &authority[..=c]),
+        None => format!("***{after}"),
+    }
+}
+
+/// Whether `host_port` is a host, optionally followed by `:` and a port
+/// number (or nothing).
+fn plain_host_port(host_port: &str) -> bool {
+    let port = match host_port.strip_prefix('[') {
+        Some(inner) => match inner.find(']') {
+            Some(i) => match inner[i + 1..].strip_prefix(':') {
+                Some(port) => port,
+                None => return inner[i + 1..].is_empty(),
+            },
+            None => return false,
+        },
+        None => match host_port.split_once(':') {
+            Some((_, port)) => port,
+            None => return true,
+        },
+    };
+    port.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `text` with the values of its secret-looking `key=value` pairs masked,
+/// as a libpq connection string has them: pairs separated by whitespace,
+/// optional whitespace around `=`, values optionally in single quotes with
+/// backslash escapes (`password='a b\'c'`).
+fn redact_pairs(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let n = chars.len();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < n {
+        if chars[i].is_whitespace() {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && chars[i] != '=' && !chars[i].is_whitespace() {
+            i += 1;
+        }
+        let key: String = chars[start..i].iter().collect();
+        out.push_str(&key);
+        let mut eq = i;
+        while eq < n && chars[eq].is_whitespace() {
+            eq += 1;
+        }
+        if eq >= n || chars[eq] != '=' {
+            continue; // a word without a value
+        }
+        out.extend(&chars[i..=eq]);
+        i = eq + 1;
+        while i < n && chars[i].is_whitespace() {
+            out.push(chars[i]);
+            i += 1;
+        }
+        let value = i;
+        if i < n && chars[i] == '\'' {
+            i += 1;
+            while i < n && chars[i] != '\'' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i = (i + 1).min(n);
+        } else {
+            while i < n && !chars[i].is_whitespace() {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i = i.min(n);
+        }
+        if secret_key(&key) {
+            out.push_str("***");
+        } else {
+            out.extend(&chars[value..i]);
+        }
+    }
+    out
+}
+
+/// Splits `rest` (the URL after `scheme:` and `//`) into its masked user
+/// info with the `@` (empty when there is none) and the remainder.
+fn split_user_info(rest: &str) -> (String, &str) {
+    // A raw password may contain '@', '/', '?' or '#', so the user info is
+    // taken to end at the LAST '@': a URL with an '@' further on (in its
+    // query, say) is masked more than needed, never less.
+    let Some(at) = rest.rfind('@') else {
+        return (String::new(), rest);
+    };
+    let user_info = &rest[..at];
+    let after = &rest[at..];
+    match user_info.split_once(':') {
+        // A plain user name is kept; one with percent-encoding may hide an
+        // encoded ':' and a password after it (`app%3As3cret`).
+        Some((user, _password)) if !user.contains('%') => (format!("{user}:***"), after),
+        Some(_) => ("***".to_string(), after),
+        // User info without a ':' (a bare token, `user%3Apassword`, or the
+        // password of `scheme:pass@host`) is masked whole, unless it is a
+        // path (`s3://bucket/key@v2`, `sqlite:/home/me/@work`).
+        None if !user_info.contains('/') && !user_info.is_empty() => ("***".to_string(), after),
+        None => (String::new(), rest),
+    }
+}
+
+/// Whether a query parameter's name looks like it holds a secret.
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "pass", "pwd", "secret", "token", "key", "auth", "cred", "sig", "session",
+    ]
+    .iter()
+    .any(|s| key.contains(s))
+}
+
+/// Masks the values of secret-looking query parameters in `tail` (the URL
+/// from the end of its user info on).
+fn redact_query(tail: &str) -> String {
+    let Some(q) = tail.find('?') else {
+        return tail.to_string();
+    };
+    let (before, query) = tail.split_at(q + 1);
+    let (query, fragment) = match query.find('#') {
+        Some(h) => query.split_at(h),
+        None => (query, ""),
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((k, _)) if secret_key(k) => format!("{k}=***"),
+            _ => p.to_string(),
+        })
+        .collect();
+    format!("{before}{}{fragment}", params.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_masks_passwords() {
+        let cases = [
+            (
+                "postgres://user:pass@host/db",
+                "postgres://user:***@host/db",
+            ),
+            (
+                "redis://:pw@localhost:6379/0",
+                "redis://:***@localhost:6379/0",
+            ),
+            ("redis://user@host", "redis://***@host"),
+            // An encoded ':' in the user name: anything before '@' is secret.
+            ("etcd://app%3AS3cret@h:2379", "etcd://***@h:2379"),
+            ("etcd://app%3AS3cret:pw@h", "etcd://***@h"),
+            (
+                "etcds://app:pw@h?cacert=%2Fca.pem",
+                "etcds://app:***@h?cacert=%2Fca.pem",
+            ),
+            (
+                "etcd://app:S3cretPart?rest@127.0.0.1:32479",
+                "etcd://app:***@127.0.0.1:32479",
+            ),
+            ("redis://u:p@ss/w?rd#x@host:1/0", "redis://u:***@host:1/0"),
+            ("redis://u:p@ss@host", "redis://u:***@host"),
+            ("postgres://u:p@h/db?x=a@b", "postgres://u:***@b"),
+            ("s3://bucket/key@v2", "s3://bucket/key@v2"),
+            (
+                "sqlite:/var/lib/worklease/leases.db",
+                "sqlite:/var/lib/worklease/leases.db",
+            ),
+            (
+                "sqlite:/home/me/@work/leases.db",
+                "sqlite:/home/me/@work/leases.db",
+            ),
+            ("memory:", "memory:"),
+            (
+                "s3://bucket/prefix?access_key=AK&secret_key=SK&region=eu",
+                "s3://bucket/prefix?access_key=***&secret_key=***&region=eu",
+            ),
+            (
+                "postgres://h/db?password=pw#frag",
+                "postgres://h/db?password=***#frag",
+            ),
+            ("user:pass@host", "user:***@host"),
+            ("alice:secret@db:5432", "alice:***@db:5432"),
+            ("", ""),
+            // A URL whose `@host` is missing: the "port" is a password.
+            ("postgres://user:secret", "postgres://user:***"),
+            (
+                "postgres://user:secret/db?x=1",
+                "postgres://user:***/db?x=1",
+            ),
+            ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+            ("redis://[::1]:6379/0", "redis://[::1]:6379/0"),
+            ("redis://[::1]:pw", "redis://[::1]:***"),
+            (
+                "postgres://h1:5432,h2:5433/db",
+                "postgres://h1:5432,h2:5433/db",
+            ),
+            ("postgres://h1:5432,u:pw,x/db", "postgres://h1:***/db"),
+            ("etcd://localhost:2379", "etcd://localhost:2379"),
+            ("sqlite:///var/lib/x.db", "sqlite:///var/lib/x.db"),
+            // libpq-style connection strings.
+            (
+                "host=h password=secret user=u",
+                "host=h password=*** user=u",
+            ),
+            (
+                "host=h password = 'sec ret\\' x' dbname=d",
+                "host=h password = *** dbname=d",
+            ),
+            ("password=secret", "password=***"),
+            (
+                "user=u sslpassword=pw passfile=/p",
+                "user=u sslpassword=*** passfile=***",
+            ),
+            (
+                "postgres: host=h password=secret",
+                "postgres: host=h password=***",
+            ),
+            ("dbname=leases port=5432", "dbname=leases port=5432"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact(url), want, "redact({url:?})");
+        }
+    }
+}
