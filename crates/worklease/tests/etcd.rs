@@ -21,21 +21,18 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{Client, ConnectOptions, DeleteOptions, GetOptions};
-use futures_util::future::BoxFuture;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use worklease::conformance::Suite;
 use worklease::observe::{AcquireEvent, CheckpointEvent, RenewEvent};
 use worklease::store::etcd::{EtcdConfig, EtcdStore};
-use worklease::store::{Checkpoint, Grant, LeaseEnd, LeaseInfo, LeaseRef};
+use worklease::store::fault::FaultStore;
+use worklease::store::LeaseEnd;
 use worklease::{
-    AcquireOptions, Config, Error, HolderId, LeaseObserver, LeaseStore, Leases, RenewalOptions,
-    Token, WorkId,
+    AcquireOptions, Config, Error, LeaseObserver, LeaseStore, Leases, RenewalOptions, Token, WorkId,
 };
 
 /// How much later than its TTL etcd may end a lease: the TTL rounded up to
@@ -121,113 +118,40 @@ impl Drop for Cleanup {
     }
 }
 
-/// Counts acquire calls (one per attempt of a waiting acquisition).
-#[derive(Clone)]
-struct Counter(Arc<watch::Sender<u64>>);
+/// An etcd store under test, under a prefix of its own: the test
+/// decorator, which counts acquire calls, can hide from waiters how long a
+/// lease has left (so that only a notification wakes them before their
+/// poll interval), and deletes the keys when the last handle is dropped.
+type TestStore = FaultStore<EtcdStore>;
 
-impl Counter {
-    fn new() -> Self {
-        Self(Arc::new(watch::channel(0).0))
-    }
-    fn get(&self) -> u64 {
-        *self.0.borrow()
-    }
+/// A store on the test server under a fresh prefix, connected.
+async fn test_store() -> Arc<TestStore> {
+    let config = EtcdConfig::from_url(&server_url())
+        .expect("WORKLEASE_TEST_ETCD_URL is a valid etcd URL")
+        .prefix(unique_prefix())
+        .expect("valid prefix");
+    test_store_on(config).await
 }
 
-/// An etcd store under test, under a prefix of its own: counts acquire
-/// calls, can hide from waiters how long a lease has left (so that only a
-/// notification wakes them before their poll interval), and deletes its
-/// keys when the last handle is dropped.
-struct TestStore {
-    inner: EtcdStore,
-    acquires: Counter,
-    hide_expiry: std::sync::atomic::AtomicBool,
-    _cleanup: Arc<Cleanup>,
+async fn test_store_on(config: EtcdConfig) -> Arc<TestStore> {
+    let inner = EtcdStore::new(config.clone());
+    inner.ready().await.unwrap_or_else(|e| {
+        panic!(
+            "the test etcd server does not answer ({e}): start one with .ci/services/etcd.sh \
+             or point WORKLEASE_TEST_ETCD_URL at one"
+        )
+    });
+    Arc::new(FaultStore::over(Arc::new(inner)).with_guard(Arc::new(Cleanup { config })))
 }
 
-impl TestStore {
-    /// A store on the test server under a fresh prefix, connected.
-    async fn new() -> Arc<Self> {
-        let config = EtcdConfig::from_url(&server_url())
-            .expect("WORKLEASE_TEST_ETCD_URL is a valid etcd URL")
-            .prefix(unique_prefix())
-            .expect("valid prefix");
-        Self::on(config).await
-    }
-
-    async fn on(config: EtcdConfig) -> Arc<Self> {
-        let inner = EtcdStore::new(config.clone());
-        inner.ready().await.unwrap_or_else(|e| {
-            panic!(
-                "the test etcd server does not answer ({e}): start one with .ci/services/etcd.sh \
-                 or point WORKLEASE_TEST_ETCD_URL at one"
-            )
-        });
-        Arc::new(Self {
-            inner,
-            acquires: Counter::new(),
-            hide_expiry: Default::default(),
-            _cleanup: Arc::new(Cleanup { config }),
-        })
-    }
-
-    /// Another store (another process's) on the same keys.
-    fn twin(&self) -> Arc<Self> {
-        Arc::new(Self {
-            inner: EtcdStore::new(self.inner.config().clone()),
-            acquires: Counter::new(),
-            hide_expiry: Default::default(),
-            _cleanup: self._cleanup.clone(),
-        })
-    }
-}
-
-#[async_trait]
-impl LeaseStore for TestStore {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn acquire(
-        &self,
-        work_id: &WorkId,
-        holder_id: &HolderId,
-        ttl: Duration,
-    ) -> worklease::Result<Grant> {
-        let mut r = self.inner.acquire(work_id, holder_id, ttl).await;
-        if self.hide_expiry.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Err(Error::Held { expires_in, .. }) = &mut r {
-                *expires_in = None;
-            }
-        }
-        self.acquires.0.send_modify(|n| *n += 1);
-        r
-    }
-    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> worklease::Result<SystemTime> {
-        self.inner.renew(lease, ttl).await
-    }
-    async fn checkpoint(
-        &self,
-        lease: LeaseRef<'_>,
-        ttl: Duration,
-        data: Bytes,
-    ) -> worklease::Result<SystemTime> {
-        self.inner.checkpoint(lease, ttl, data).await
-    }
-    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> worklease::Result<Checkpoint> {
-        self.inner.read_checkpoint(lease).await
-    }
-    async fn release(&self, lease: LeaseRef<'_>) -> worklease::Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, work_ids: &[WorkId]) -> worklease::Result<Vec<LeaseInfo>> {
-        self.inner.inspect(work_ids).await
-    }
-    async fn revoke(&self, work_id: &WorkId) -> worklease::Result<Option<LeaseInfo>> {
-        self.inner.revoke(work_id).await
-    }
-    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
-        self.inner.watch(work_id)
-    }
+/// Another store (another process's) on the same keys.
+fn twin(store: &TestStore) -> Arc<TestStore> {
+    let inner = EtcdStore::new(store.inner().config().clone());
+    let twin = FaultStore::over(Arc::new(inner));
+    Arc::new(match store.guard() {
+        Some(guard) => twin.with_guard(guard),
+        None => twin,
+    })
 }
 
 fn leases(store: Arc<dyn LeaseStore>, holder: &str, ttl: Duration) -> Leases {
@@ -235,7 +159,7 @@ fn leases(store: Arc<dyn LeaseStore>, holder: &str, ttl: Duration) -> Leases {
 }
 
 worklease::conformance_tests!(etcd, paused = false, async {
-    let mut suite = Suite::new(TestStore::new().await);
+    let mut suite = Suite::new(test_store().await);
     // etcd keeps whole seconds: a TTL of whole seconds is kept exactly.
     suite.ttl = Duration::from_secs(2);
     suite.expiry_slack = EXPIRY_SLACK;
@@ -258,8 +182,8 @@ async fn granted_ttl(client: &mut Client, key: &str) -> i64 {
 /// and the holder still counts its own, shorter TTL.
 #[tokio::test]
 async fn ttls_are_rounded_up_to_whole_seconds() {
-    let store = TestStore::new().await;
-    let mut client = raw(store.inner.config()).await;
+    let store = test_store().await;
+    let mut client = raw(store.inner().config()).await;
     let ttl = Duration::from_millis(1200);
     let a = leases(store.clone(), "round-a", ttl);
     let b = leases(store.clone(), "round-b", ttl);
@@ -272,7 +196,7 @@ async fn ttls_are_rounded_up_to_whole_seconds() {
         t.deadline().expect("deadline") <= sent + ttl,
         "the holder counts its own TTL"
     );
-    let keys = store.inner.keys(&id("jobs/round"));
+    let keys = store.inner().keys(&id("jobs/round"));
     let granted = granted_ttl(&mut client, &keys.live).await;
     assert!(
         granted >= 2,
@@ -309,8 +233,8 @@ async fn ttls_are_rounded_up_to_whole_seconds() {
 /// was deleted by hand; the checkpoint outlives the lease key.
 #[tokio::test]
 async fn fencing_tokens_are_revisions_and_survive_deletion_by_hand() {
-    let store = TestStore::new().await;
-    let config = store.inner.config().clone();
+    let store = test_store().await;
+    let config = store.inner().config().clone();
     let mut client = raw(&config).await;
     let a = leases(store.clone(), "rev-a", Duration::from_secs(2));
     let mut tokens = Vec::new();
@@ -319,7 +243,7 @@ async fn fencing_tokens_are_revisions_and_survive_deletion_by_hand() {
         .acquire("jobs/rev", AcquireOptions::new())
         .await
         .expect("acquire");
-    let keys = store.inner.keys(&id("jobs/rev"));
+    let keys = store.inner().keys(&id("jobs/rev"));
     let live = client.get(keys.live.as_str(), None).await.expect("get");
     let live = live.kvs().first().expect("the lease key");
     assert_eq!(
@@ -383,10 +307,8 @@ async fn fencing_tokens_are_revisions_and_survive_deletion_by_hand() {
 /// a waiter that polls only every 30 s, after a handful of attempts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_by_the_watch() {
-    let store = TestStore::new().await;
-    store
-        .hide_expiry
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let store = test_store().await;
+    store.hide_expiry(true);
     let long = Duration::from_secs(10);
     let slow_poll = AcquireOptions::new()
         .wait_for_lease()
@@ -397,7 +319,7 @@ async fn waiters_are_woken_by_the_watch() {
         .acquire("jobs/watch", AcquireOptions::new())
         .await
         .expect("acquire");
-    let before = store.acquires.get();
+    let before = store.acquires().get();
     let waiter = {
         let (b, opts) = (b.clone(), slow_poll.clone());
         tokio::spawn(async move {
@@ -407,7 +329,7 @@ async fn waiters_are_woken_by_the_watch() {
     };
     // The waiter tried once (watching since before that attempt), and
     // naps now: it would poll again only after 30 s.
-    let mut tries = store.acquires.0.subscribe();
+    let mut tries = store.acquires().subscribe();
     tries
         .wait_for(|n| *n > before)
         .await
@@ -422,9 +344,9 @@ async fn waiters_are_woken_by_the_watch() {
         got - released
     );
     assert!(
-        store.acquires.get() - before <= 3,
+        store.acquires().get() - before <= 3,
         "the waiter polled: {} attempts",
-        store.acquires.get() - before
+        store.acquires().get() - before
     );
     b.release(t).await.expect("release");
 
@@ -436,7 +358,7 @@ async fn waiters_are_woken_by_the_watch() {
         .acquire("jobs/watch-expiry", AcquireOptions::new())
         .await
         .expect("acquire");
-    let before = store.acquires.get();
+    let before = store.acquires().get();
     let c = leases(store.clone(), "watch-c", long);
     let t = c
         .acquire("jobs/watch-expiry", slow_poll)
@@ -450,9 +372,9 @@ async fn waiters_are_woken_by_the_watch() {
         "an expired lease reached the waiter after {waited:?} (> {bound:?}): not pushed"
     );
     assert!(
-        store.acquires.get() - before <= 5,
+        store.acquires().get() - before <= 5,
         "the waiter polled: {} attempts",
-        store.acquires.get() - before
+        store.acquires().get() - before
     );
     let prior = c.read_checkpoint(&t).await.expect("read");
     assert_eq!(
@@ -466,15 +388,15 @@ async fn waiters_are_woken_by_the_watch() {
 /// moves the lease key to a new, longer etcd lease in its transaction.
 #[tokio::test]
 async fn a_longer_ttl_moves_to_a_longer_etcd_lease() {
-    let store = TestStore::new().await;
-    let mut client = raw(store.inner.config()).await;
+    let store = test_store().await;
+    let mut client = raw(store.inner().config()).await;
     let short = leases(store.clone(), "move-a", Duration::from_secs(2));
     let long = leases(store.clone(), "move-a", Duration::from_secs(6));
     let t = short
         .acquire("jobs/move", AcquireOptions::new())
         .await
         .expect("acquire");
-    let keys = store.inner.keys(&id("jobs/move"));
+    let keys = store.inner().keys(&id("jobs/move"));
     assert_eq!(granted_ttl(&mut client, &keys.live).await, 2);
     let t = long.renew(&t).await.expect("renew with a longer TTL");
     assert_eq!(granted_ttl(&mut client, &keys.live).await, 6);
@@ -497,8 +419,8 @@ async fn a_longer_ttl_moves_to_a_longer_etcd_lease() {
 /// stale tokens get `Expired` and `Fenced` there too.
 #[tokio::test]
 async fn another_process_can_use_the_token() {
-    let store = TestStore::new().await;
-    let twin = store.twin();
+    let store = test_store().await;
+    let twin = twin(&store);
     let ttl = Duration::from_secs(2);
     let a = leases(store.clone(), "twin-a", ttl);
     let a_elsewhere = leases(twin.clone(), "twin-a", ttl);
@@ -542,8 +464,8 @@ async fn another_process_can_use_the_token() {
 /// and `inspect` finds exactly them.
 #[tokio::test]
 async fn work_ids_stay_inside_the_prefix() {
-    let store = TestStore::new().await;
-    let config = store.inner.config().clone();
+    let store = test_store().await;
+    let config = store.inner().config().clone();
     let mut client = raw(&config).await;
     let a = leases(store.clone(), "prefix-a", Duration::from_secs(2));
     let ids = [
@@ -601,7 +523,7 @@ async fn work_ids_stay_inside_the_prefix() {
 /// revoked, with the previous holder and the checkpoint's size.
 #[tokio::test]
 async fn inspect_and_revoke() {
-    let store = TestStore::new().await;
+    let store = test_store().await;
     let a = leases(store.clone(), "ops-a", Duration::from_secs(3));
     let t = a
         .acquire("jobs/ops", AcquireOptions::new())
@@ -654,7 +576,7 @@ async fn dead_members_are_skipped_and_errors_are_redacted() {
         .prefix(unique_prefix())
         .expect("prefix")
         .request_timeout(Duration::from_secs(2));
-    let store = TestStore::on(config).await;
+    let store = test_store_on(config).await;
     let a = leases(store.clone(), "failover-a", Duration::from_secs(2));
     for n in 0..20 {
         let t = a

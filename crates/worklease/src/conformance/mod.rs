@@ -26,6 +26,14 @@ mod leases;
 pub use election::*;
 pub use leases::*;
 
+/// How many acquisitions [`Suite::calibrate`] times.
+pub const CALIBRATION_CYCLES: usize = 5;
+
+/// How many measured round trips [`Suite::slack`] allows: enough for a
+/// check's few sequential store calls and a loaded machine's scheduling
+/// noise around them.
+pub const ROUND_TRIP_FACTOR: u32 = 8;
+
 /// The store under test and the TTL the checks use.
 #[derive(Clone)]
 pub struct Suite {
@@ -45,6 +53,14 @@ pub struct Suite {
     /// Checks that wait for an expiry wait this much longer, and the
     /// precision check allows it; no check accepts an early end.
     pub expiry_slack: Duration,
+    /// The store's round trip as measured by [`Suite::calibrate`]: the
+    /// median time of an acquisition on this store, from this process
+    /// (zero until measured, and on a paused clock). The timed checks take
+    /// their slack from it ([`Suite::slack`]), never from a constant that
+    /// passed on one machine: a loaded CI machine or a slow server
+    /// (moto answers in milliseconds, consensus stores in tens) gets
+    /// proportionally more room, a fast one keeps tight bounds.
+    pub round_trip: Duration,
     pub(crate) prefix: String,
 }
 
@@ -56,8 +72,51 @@ impl Suite {
             ttl: Duration::from_millis(1500),
             paused: false,
             expiry_slack: Duration::ZERO,
+            round_trip: Duration::ZERO,
             prefix: format!("conformance-{:08x}", rand::random::<u32>()),
         }
+    }
+
+    /// Measures [`Suite::round_trip`]: the median duration of
+    /// [`CALIBRATION_CYCLES`] acquisitions (each followed by its release)
+    /// of a calibration work ID under the suite's prefix.
+    /// [`conformance_tests!`](crate::conformance_tests) calls it before
+    /// every check; a store author who builds a [`Suite`] by hand calls it
+    /// once, or sets the field.
+    ///
+    /// # Panics
+    /// When the store cannot acquire and release a fresh work ID: no check
+    /// could pass then, and the message names the store error.
+    pub async fn calibrate(&mut self) {
+        let leases = self.holder("calibration");
+        let id = self.work_id("calibration");
+        let mut times = Vec::with_capacity(CALIBRATION_CYCLES);
+        for _ in 0..CALIBRATION_CYCLES {
+            let start = tokio::time::Instant::now();
+            let token = leases
+                .acquire(&id, fast())
+                .await
+                .unwrap_or_else(|e| panic!("calibration: acquire on the store failed: {e}"));
+            times.push(start.elapsed());
+            leases
+                .release(token)
+                .await
+                .unwrap_or_else(|e| panic!("calibration: release on the store failed: {e}"));
+        }
+        times.sort();
+        self.round_trip = times[times.len() / 2];
+    }
+
+    /// How much later than its ideal moment a timed step of a check may
+    /// complete on this store: the store's [`Suite::expiry_slack`] plus
+    /// [`ROUND_TRIP_FACTOR`] measured round trips ([`Suite::round_trip`]).
+    /// A bound of the form "within one poll interval" becomes "within one
+    /// poll interval plus the slack"; the bug such a bound exists for (a
+    /// waiter that sleeps a TTL, a lease freed early) is still caught as
+    /// long as it costs more than the slack, which the checks' TTLs and
+    /// poll intervals ensure for any store that answers in tens of ms.
+    pub fn slack(&self) -> Duration {
+        self.expiry_slack + self.round_trip * ROUND_TRIP_FACTOR
     }
 
     /// Lets `d` pass: by moving a paused clock (precisely, below the
@@ -85,10 +144,9 @@ impl Suite {
     }
 
     /// Waits until a lease acquired before now has expired by every clock:
-    /// its TTL from now, plus the store's [`Suite::expiry_slack`], plus a
-    /// little.
+    /// its TTL from now, plus the store's [`Suite::slack`], plus a little.
     pub(crate) async fn outlive(&self) {
-        tokio::time::sleep(self.ttl + self.expiry_slack + Duration::from_millis(20)).await;
+        tokio::time::sleep(self.ttl + self.slack() + Duration::from_millis(20)).await;
     }
 
     pub(crate) async fn info(&self, work_id: &str) -> Option<crate::LeaseInfo> {
@@ -168,6 +226,7 @@ macro_rules! conformance_tests {
             async fn concurrent_stress() {
                 let mut suite = $make.await;
                 suite.paused = $paused;
+                suite.calibrate().await;
                 $crate::conformance::concurrent_stress(&suite, 8, 40).await;
             }
         }
@@ -177,6 +236,7 @@ macro_rules! conformance_tests {
         async fn $check() {
             let mut suite = $make.await;
             suite.paused = $paused;
+            suite.calibrate().await;
             $crate::conformance::$check(&suite).await;
         }
     };

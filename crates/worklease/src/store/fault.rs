@@ -1,42 +1,147 @@
-//! A store that wraps a store and injects faults: the decorator shape of
-//! `object_store`'s `throttle.rs`, for tests of renewal and of the
-//! contract under failures (feature `testkit`).
+//! The store tests' decorator (feature `testkit`): it wraps a store,
+//! injects faults and reports what reached it, in the shape of
+//! `object_store`'s `throttle.rs`; for tests of renewal, of the contract
+//! under failures and of the checks themselves, and for every store's own
+//! test file (count acquisitions, hide expiry, keep a cleanup alive)
+//! instead of a forwarding wrapper per file.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use tokio::sync::watch;
 
-use crate::error::{Result, StoreError};
+use crate::error::{Error, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
-/// Wraps a store; while [`FaultStore::set_unreachable`] is on, every call
-/// fails with a [`StoreError`] after the configured delay, without reaching
-/// the inner store. Every call first waits [`FaultStore::set_delay`] before
-/// it reaches the store, and [`FaultStore::set_reply_delay`] after the store
-/// applied it (a slow or lost reply).
-pub struct FaultStore {
-    inner: Arc<dyn LeaseStore>,
+/// Counts events of a store under test (acquire calls, `Held` answers) as
+/// a signal a test can wait for ([`Counter::reaches`]) instead of
+/// sleeping. Clones share one count, so several stores (one per simulated
+/// process) can feed one counter.
+#[derive(Clone)]
+pub struct Counter(Arc<watch::Sender<u64>>);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Counter {
+    /// A counter at zero.
+    pub fn new() -> Self {
+        Self(Arc::new(watch::channel(0).0))
+    }
+
+    /// The count now.
+    pub fn get(&self) -> u64 {
+        *self.0.borrow()
+    }
+
+    /// Completes once the count is at least `n`.
+    pub async fn reaches(&self, n: u64) {
+        // The sender lives in `self`, so the channel cannot close here.
+        let _ = self.0.subscribe().wait_for(|v| *v >= n).await;
+    }
+
+    /// A receiver that sees every later change of the count.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    fn bump(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+}
+
+/// How a broken store keeps a TTL: the TTL it is asked for in, the one it
+/// keeps out ([`FaultStore::distort_ttl`]).
+type TtlDistortion = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
+
+/// The decorator of the store tests: wraps a store, injects faults and
+/// reports what reached it.
+///
+/// Faults: while [`FaultStore::set_unreachable`] is on, every call fails
+/// with a [`StoreError`] after the configured delay, without reaching the
+/// inner store. Every call first waits [`FaultStore::set_delay`] before it
+/// reaches the store, and [`FaultStore::set_reply_delay`] after the store
+/// applied it (a slow or lost reply). [`FaultStore::hide_expiry`] hides
+/// from a waiter how long a held lease has left (so that only a
+/// notification or its poll interval wakes it), and
+/// [`FaultStore::distort_ttl`] makes a deliberately broken store, one
+/// that keeps another TTL than it is asked for, to show that a check
+/// catches it.
+///
+/// Signals: [`FaultStore::acquires`] counts acquire calls that reached the
+/// store, [`FaultStore::held_answers`] the `Held` answers among them.
+/// [`FaultStore::with_guard`] keeps a value (a test's cleanup of its keys)
+/// alive as long as the store.
+pub struct FaultStore<S: ?Sized = dyn LeaseStore> {
+    inner: Arc<S>,
     unreachable: AtomicBool,
     delay_ms: AtomicU64,
     reply_delay_ms: AtomicU64,
     calls: AtomicU64,
+    acquires: Counter,
+    held: Counter,
+    hide_expiry: AtomicBool,
+    ttl_distortion: Mutex<Option<TtlDistortion>>,
+    guard: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl FaultStore {
     /// Wraps `inner`, with no faults on.
     pub fn new(inner: Arc<dyn LeaseStore>) -> Self {
+        FaultStore::over(inner)
+    }
+}
+
+impl<S: LeaseStore + ?Sized> FaultStore<S> {
+    /// Wraps `inner`, with no faults on, keeping its type: a test reaches
+    /// the store's own methods through [`FaultStore::inner`].
+    pub fn over(inner: Arc<S>) -> Self {
         Self {
             inner,
             unreachable: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
             reply_delay_ms: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            acquires: Counter::new(),
+            held: Counter::new(),
+            hide_expiry: AtomicBool::new(false),
+            ttl_distortion: Mutex::new(None),
+            guard: None,
         }
+    }
+
+    /// Counts acquire calls in `counter` (shared with other stores) instead
+    /// of a counter of its own.
+    pub fn count_acquires_in(mut self, counter: Counter) -> Self {
+        self.acquires = counter;
+        self
+    }
+
+    /// Keeps `guard` alive as long as this store (a test's cleanup of the
+    /// keys it wrote, say).
+    pub fn with_guard(mut self, guard: Arc<dyn Any + Send + Sync>) -> Self {
+        self.guard = Some(guard);
+        self
+    }
+
+    /// The guard given to [`FaultStore::with_guard`], to share it with
+    /// another store over the same keys.
+    pub fn guard(&self) -> Option<Arc<dyn Any + Send + Sync>> {
+        self.guard.clone()
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
     }
 
     /// Makes the store unreachable (`true`) or reachable again.
@@ -56,17 +161,48 @@ impl FaultStore {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// While on, a `Held` answer does not say how long the lease has left
+    /// (`expires_in: None`), so a waiter sleeps its poll interval unless a
+    /// notification wakes it.
+    pub fn hide_expiry(&self, on: bool) {
+        self.hide_expiry.store(on, Ordering::SeqCst);
+    }
+
+    /// Makes this a broken store: acquire, renew and checkpoint keep
+    /// `keep(ttl)` instead of the TTL they are asked for (for tests of the
+    /// conformance checks themselves).
+    pub fn distort_ttl(&self, keep: impl Fn(Duration) -> Duration + Send + Sync + 'static) {
+        *self.ttl_distortion.lock().expect("distortion") = Some(Arc::new(keep));
+    }
+
+    /// Acquire calls that reached the inner store.
+    pub fn acquires(&self) -> &Counter {
+        &self.acquires
+    }
+
+    /// `Held` answers to acquire calls.
+    pub fn held_answers(&self) -> &Counter {
+        &self.held
+    }
+
+    /// How many calls were made, reachable or not.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn ttl(&self, ttl: Duration) -> Duration {
+        match &*self.ttl_distortion.lock().expect("distortion") {
+            Some(keep) => keep(ttl),
+            None => ttl,
+        }
+    }
+
     async fn reply<T>(&self, r: T) -> T {
         let delay = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         r
-    }
-
-    /// How many calls were made, reachable or not.
-    pub fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
     }
 
     async fn gate(&self) -> Result<()> {
@@ -85,7 +221,7 @@ impl FaultStore {
 }
 
 #[async_trait]
-impl LeaseStore for FaultStore {
+impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
@@ -96,12 +232,20 @@ impl LeaseStore for FaultStore {
         ttl: Duration,
     ) -> Result<Grant> {
         self.gate().await?;
-        self.reply(self.inner.acquire(work_id, holder_id, ttl).await)
-            .await
+        let mut r = self.inner.acquire(work_id, holder_id, self.ttl(ttl)).await;
+        self.acquires.bump();
+        if let Err(Error::Held { expires_in, .. }) = &mut r {
+            self.held.bump();
+            if self.hide_expiry.load(Ordering::SeqCst) {
+                *expires_in = None;
+            }
+        }
+        self.reply(r).await
     }
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
         self.gate().await?;
-        self.reply(self.inner.renew(lease, ttl).await).await
+        self.reply(self.inner.renew(lease, self.ttl(ttl)).await)
+            .await
     }
     async fn checkpoint(
         &self,
@@ -110,7 +254,7 @@ impl LeaseStore for FaultStore {
         data: Bytes,
     ) -> Result<SystemTime> {
         self.gate().await?;
-        self.reply(self.inner.checkpoint(lease, ttl, data).await)
+        self.reply(self.inner.checkpoint(lease, self.ttl(ttl), data).await)
             .await
     }
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {

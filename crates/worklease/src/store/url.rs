@@ -37,9 +37,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::Result;
 #[cfg(doc)]
 use crate::error::InvalidInput;
+use crate::error::Result;
 use crate::store::memory::MemoryStore;
 use crate::store::url_parts::{split_scheme, url_error};
 use crate::store::LeaseStore;
