@@ -1,0 +1,359 @@
+//! The configuration of the Redis store: its `redis://` URL (parsed,
+//! written back and redacted), the key prefix, the timeouts and the replica
+//! wait of acquisitions.
+
+use std::time::Duration;
+
+use crate::error::{InvalidInput, Result};
+use crate::limits::ceil_millis;
+use crate::store::url_parts::{redact, url_error};
+
+use super::keys;
+#[cfg(doc)]
+use super::{RedisStore, MAX_PREFIX_BYTES};
+
+/// The key prefix when none is given.
+pub const DEFAULT_PREFIX: &str = "worklease:";
+/// How long connecting to the server may take, by default.
+pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the server may take to answer one command, by default.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The query parameters of the URL that the store reads itself.
+const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
+/// The query parameters passed on to the `redis` crate.
+const CLIENT_PARAMS: &[&str] = &["protocol"];
+
+/// The `WAIT` an acquisition runs before it counts as granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitForReplicas {
+    /// How many replicas must acknowledge the acquisition.
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
+}
+
+/// Where and how a [`RedisStore`] connects. Its `Debug` form shows the URL
+/// without its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// The URL for the `redis` crate: the given one without our parameters.
+    pub(super) server_url: String,
+    pub(super) db: i64,
+    pub(super) prefix: String,
+    pub(super) wait: Option<WaitForReplicas>,
+    pub(super) connection_timeout: Duration,
+    pub(super) response_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact(&self.to_url()))
+            .field("prefix", &self.prefix)
+            .field("wait", &self.wait)
+            .field("connection_timeout", &self.connection_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+/// A replica wait, or why it cannot be one.
+fn checked_wait(replicas: u32, timeout: Duration) -> std::result::Result<WaitForReplicas, String> {
+    if replicas == 0 {
+        return Err("the replica wait needs at least 1 replica".to_string());
+    }
+    if timeout < Duration::from_millis(1) {
+        return Err(format!(
+            "the replica wait timeout is {timeout:?}: it must be at least 1ms \
+             (WAIT with timeout 0 would block forever)"
+        ));
+    }
+    Ok(WaitForReplicas { replicas, timeout })
+}
+
+impl RedisConfig {
+    /// Parses `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?PARAMS]`. The
+    /// parameters: `prefix` (the key prefix, percent-decoded; default
+    /// [`DEFAULT_PREFIX`]), `wait_replicas` and `wait_timeout_ms` (both or
+    /// neither: see [`RedisConfig::wait_for_replicas`]), and `protocol`
+    /// (`resp2` or `resp3`, the default).
+    ///
+    /// # Errors
+    /// [`InvalidInput::StoreUrl`], with the URL redacted, for a URL that
+    /// does not parse, another scheme (`rediss://` included: no TLS in this
+    /// version), an unknown parameter, a bad database number, prefix or
+    /// wait setting.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let url = url.trim();
+        let mut parsed = redis::parse_redis_url(url).ok_or_else(|| {
+            url_error(
+                url,
+                "not a valid Redis URL: write redis://HOST:PORT/DB?prefix=PREFIX",
+            )
+        })?;
+        match parsed.scheme() {
+            "redis" => {}
+            "rediss" => {
+                return Err(url_error(
+                    url,
+                    "TLS (rediss://) is not supported by this version of worklease's Redis store: \
+                     use redis:// on a trusted network or through a TLS tunnel",
+                ))
+            }
+            other => {
+                return Err(url_error(
+                    url,
+                    format!("the Redis store takes redis:// URLs, not {other}://"),
+                ))
+            }
+        }
+        let mut prefix = DEFAULT_PREFIX.to_string();
+        let mut replicas: Option<u32> = None;
+        let mut wait_ms: Option<u64> = None;
+        let mut kept = Vec::new();
+        // A parameter given twice is refused: "last one wins" would let a
+        // copy-paste slip put two fleets under two prefixes.
+        let mut seen = std::collections::HashSet::new();
+        for (key, value) in parsed.query_pairs() {
+            if !seen.insert(key.clone().into_owned()) {
+                return Err(url_error(
+                    url,
+                    format!("the parameter {key:?} appears twice"),
+                ));
+            }
+            match key.as_ref() {
+                "prefix" => prefix = value.into_owned(),
+                "wait_replicas" => {
+                    replicas = Some(value.parse().map_err(|_| {
+                        url_error(
+                            url,
+                            format!("wait_replicas={value:?} is not a whole number"),
+                        )
+                    })?)
+                }
+                "wait_timeout_ms" => {
+                    wait_ms = Some(value.parse().map_err(|_| {
+                        url_error(
+                            url,
+                            format!(
+                                "wait_timeout_ms={value:?} is not a whole number of milliseconds"
+                            ),
+                        )
+                    })?)
+                }
+                k if CLIENT_PARAMS.contains(&k) => {
+                    kept.push((key.into_owned(), value.into_owned()))
+                }
+                other => {
+                    return Err(url_error(
+                        url,
+                        format!(
+                            "unknown parameter {other:?}: the accepted ones are {}",
+                            OUR_PARAMS
+                                .iter()
+                                .chain(CLIENT_PARAMS)
+                                .copied()
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ))
+                }
+            }
+        }
+        parsed.set_query(None);
+        if !kept.is_empty() {
+            parsed.query_pairs_mut().extend_pairs(kept);
+        }
+        let server_url = parsed.to_string();
+        let client = redis::Client::open(server_url.as_str())
+            .map_err(|e| url_error(url, format!("the Redis client refuses it: {e}")))?;
+        let db = client.get_connection_info().redis_settings().db();
+        if let Some(reason) = keys::check_prefix(&prefix) {
+            return Err(url_error(url, reason));
+        }
+        let wait = match (replicas, wait_ms) {
+            (None, None) => None,
+            (Some(n), Some(ms)) => {
+                Some(checked_wait(n, Duration::from_millis(ms)).map_err(|r| url_error(url, r))?)
+            }
+            _ => {
+                return Err(url_error(
+                    url,
+                    "wait_replicas and wait_timeout_ms go together: give both or neither",
+                ))
+            }
+        };
+        Ok(Self {
+            server_url,
+            db,
+            prefix,
+            wait,
+            connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        })
+    }
+
+    /// Sets the key prefix: every key and the release channel start with
+    /// it. Stores with different prefixes share nothing.
+    ///
+    /// # Errors
+    /// [`InvalidInput::Config`] for a prefix longer than
+    /// [`MAX_PREFIX_BYTES`] or with `{`, `}` or control characters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Result<Self> {
+        let prefix = prefix.into();
+        if let Some(reason) = keys::check_prefix(&prefix) {
+            return Err(InvalidInput::Config(reason).into());
+        }
+        self.prefix = prefix;
+        Ok(self)
+    }
+
+    /// The key prefix.
+    pub fn get_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The database number.
+    pub fn db(&self) -> i64 {
+        self.db
+    }
+
+    /// Makes every successful acquisition wait with `WAIT replicas timeout`
+    /// until that many replicas have it, and fail with a store error when
+    /// fewer acknowledged it in time (see the module docs for what this
+    /// does and does not promise). `WAIT` is pipelined behind the acquire
+    /// script on a connection of its own, so that it covers that script's
+    /// writes even across a reconnection; an attempt that finds the lease
+    /// `Held` waits too, for the connection's earlier writes (at once when
+    /// the replicas keep up).
+    ///
+    /// # Errors
+    /// [`InvalidInput::Config`] for zero replicas or a timeout under 1 ms
+    /// (`WAIT` with timeout 0 would block forever).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Result<Self> {
+        self.wait = Some(checked_wait(replicas, timeout).map_err(InvalidInput::Config)?);
+        Ok(self)
+    }
+
+    /// Whether the URL chose the protocol (`protocol=`).
+    pub(super) fn protocol_given(&self) -> bool {
+        redis::parse_redis_url(&self.server_url)
+            .is_some_and(|u| u.query_pairs().any(|(k, _)| k == "protocol"))
+    }
+
+    /// The replica wait of acquisitions, if any.
+    pub fn get_wait_for_replicas(&self) -> Option<WaitForReplicas> {
+        self.wait
+    }
+
+    /// How long connecting may take (default
+    /// [`DEFAULT_CONNECTION_TIMEOUT`]).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long the server may take to answer one command (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT`]; an acquisition with a replica wait
+    /// gets the wait's timeout on top).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The URL of this configuration, password included (show it only
+    /// through [`redact`]): the server URL with the prefix and replica wait
+    /// as parameters. The timeouts are not part of it.
+    pub fn to_url(&self) -> String {
+        let mut ours: Vec<(&str, String)> = Vec::new();
+        if self.prefix != DEFAULT_PREFIX {
+            ours.push(("prefix", self.prefix.clone()));
+        }
+        if let Some(w) = self.wait {
+            ours.push(("wait_replicas", w.replicas.to_string()));
+            ours.push(("wait_timeout_ms", ceil_millis(w.timeout).to_string()));
+        }
+        match redis::parse_redis_url(&self.server_url) {
+            Some(mut u) if !ours.is_empty() => {
+                u.query_pairs_mut().extend_pairs(ours);
+                u.to_string()
+            }
+            _ => self.server_url.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::store::redis::RedisStore;
+
+    fn reason(url: &str) -> String {
+        match RedisConfig::from_url(url) {
+            Err(Error::Invalid(InvalidInput::StoreUrl { url, reason })) => {
+                format!("{url} | {reason}")
+            }
+            other => panic!("expected a StoreUrl error for {url:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn urls_parse_with_prefix_db_and_wait() {
+        let c = RedisConfig::from_url("redis://127.0.0.1:6379/3").unwrap();
+        assert_eq!(
+            (c.get_prefix(), c.db(), c.get_wait_for_replicas()),
+            (DEFAULT_PREFIX, 3, None)
+        );
+        assert_eq!(c.to_url(), "redis://127.0.0.1:6379/3");
+        let c = RedisConfig::from_url(
+            "redis://h/0?prefix=jobs%3Aprod%2F&wait_replicas=2&wait_timeout_ms=150&protocol=resp2",
+        )
+        .unwrap();
+        assert_eq!(c.get_prefix(), "jobs:prod/");
+        assert_eq!(
+            c.get_wait_for_replicas(),
+            Some(WaitForReplicas {
+                replicas: 2,
+                timeout: Duration::from_millis(150)
+            })
+        );
+        assert!(!c.server_url.contains("prefix"), "{}", c.server_url);
+        assert!(c.server_url.contains("protocol=resp2"), "{}", c.server_url);
+        // The URL round-trips.
+        assert_eq!(RedisConfig::from_url(&c.to_url()).unwrap(), c);
+    }
+
+    #[test]
+    fn bad_urls_are_refused_clearly_and_redacted() {
+        let r = reason("redis://app:s3cret@h/0?prefix=a:&prefix=b:");
+        assert!(
+            r.contains("\"prefix\" appears twice") && !r.contains("s3cret"),
+            "{r}"
+        );
+        let r = reason("redis://app:s3cret@h/0?prefx=a");
+        assert!(
+            r.contains("unknown parameter \"prefx\"") && r.contains("prefix"),
+            "{r}"
+        );
+        assert!(!r.contains("s3cret") && r.contains("app:***@h"), "{r}");
+        assert!(
+            reason("redis://h/notadb").contains("database"),
+            "{}",
+            reason("redis://h/notadb")
+        );
+        assert!(reason("rediss://h/0").contains("TLS"));
+        assert!(reason("redis://h/0?prefix=a%7Bb").contains("braces"));
+        assert!(reason("redis://h/0?wait_replicas=1").contains("go together"));
+        assert!(
+            reason("redis://h/0?wait_replicas=0&wait_timeout_ms=5").contains("at least 1 replica")
+        );
+        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=0").contains("at least 1ms"));
+        assert!(reason("redis://h/0?wait_replicas=x&wait_timeout_ms=1").contains("whole number"));
+        let c = RedisConfig::from_url("redis://:pw@h/0").unwrap();
+        assert!(!format!("{c:?}").contains("pw@"), "{c:?}");
+        let store = RedisStore::new(c).unwrap();
+        assert!(!format!("{store:?}").contains("pw@"), "{store:?}");
+    }
+}

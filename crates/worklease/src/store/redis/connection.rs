@@ -1,0 +1,249 @@
+//! The store value and its connections: the command connection (opened
+//! with the first operation), the acquisition connection of a replica wait,
+//! and the subscriber task started with the first waiter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::ProtocolVersion;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+#[cfg(doc)]
+use crate::error::StoreError;
+use crate::limits::WorkId;
+use crate::store::url_parts::redact;
+
+use super::keys::{self, LeaseKeys};
+use super::reply::store_err;
+use super::subscriber::{SubState, Subscription, Wakeups};
+use super::RedisConfig;
+
+/// The connections of a store, opened with its first operation.
+pub(super) struct Connections {
+    /// Every script runs here (multiplexed: concurrent calls share it).
+    pub(super) main: ConnectionManager,
+    /// Acquisitions followed by `WAIT`, when a replica wait is set.
+    pub(super) acquire: Option<ConnectionManager>,
+}
+
+/// The Redis store. See the module docs for its guarantees and what Redis
+/// cannot promise. Share one value per process (in an `Arc`): each value
+/// keeps a command connection, and a subscriber connection once it has
+/// waiters.
+pub struct RedisStore {
+    pub(super) config: RedisConfig,
+    client: redis::Client,
+    connections: tokio::sync::OnceCell<Connections>,
+    pub(super) wakeups: Arc<Wakeups>,
+    /// The subscriber task's state, once a waiter started it.
+    subscription: std::sync::Mutex<Option<watch::Receiver<SubState>>>,
+    /// Stops the subscriber task when the store is dropped.
+    stop: CancellationToken,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl RedisStore {
+    /// A store for `config`. Connects lazily: the first operation (or
+    /// [`RedisStore::ready`]) opens the connections, inside the tokio
+    /// runtime that runs it.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the `redis` crate refuses the configuration.
+    pub fn new(config: RedisConfig) -> Result<Self> {
+        let mut info: redis::ConnectionInfo = config
+            .server_url
+            .as_str()
+            .parse()
+            .map_err(|e| store_err("invalid connection settings", e))?;
+        if !config.protocol_given() {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(ProtocolVersion::RESP3);
+            info = info.set_redis_settings(settings);
+        }
+        let client =
+            redis::Client::open(info).map_err(|e| store_err("invalid connection settings", e))?;
+        Ok(Self {
+            config,
+            client,
+            connections: tokio::sync::OnceCell::new(),
+            wakeups: Arc::new(Wakeups::default()),
+            subscription: std::sync::Mutex::new(None),
+            stop: CancellationToken::new(),
+        })
+    }
+
+    /// A store for a `redis://` URL ([`RedisConfig::from_url`]), connecting
+    /// lazily.
+    ///
+    /// # Errors
+    /// As [`RedisConfig::from_url`].
+    pub fn open(url: &str) -> Result<Self> {
+        Self::new(RedisConfig::from_url(url)?)
+    }
+
+    /// A store for a `redis://` URL, connected.
+    ///
+    /// # Errors
+    /// As [`RedisConfig::from_url`] and [`RedisStore::ready`].
+    pub async fn connect(url: &str) -> Result<Self> {
+        let store = Self::open(url)?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// Opens the command connection now, if it is not open yet (the
+    /// subscriber connection opens with the first waiter).
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the server cannot be reached or refuses.
+    pub async fn ready(&self) -> Result<()> {
+        self.connections().await.map(|_| ())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The keys of `work_id` (for operators and tests).
+    pub fn lease_keys(&self, work_id: &WorkId) -> LeaseKeys {
+        LeaseKeys::new(&self.config.prefix, work_id)
+    }
+
+    /// The store's command connection (multiplexed; cloning it is cheap),
+    /// for diagnostics and benchmarks beside the store's own calls.
+    ///
+    /// # Errors
+    /// As [`RedisStore::ready`].
+    pub async fn connection(&self) -> Result<ConnectionManager> {
+        Ok(self.connections().await?.main.clone())
+    }
+
+    async fn manager(&self, response_timeout: Duration) -> Result<ConnectionManager> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.config.connection_timeout))
+            .set_response_timeout(Some(response_timeout));
+        ConnectionManager::new_with_config(self.client.clone(), config)
+            .await
+            .map_err(|e| {
+                store_err(
+                    &format!("cannot connect to {}", redact(&self.config.server_url)),
+                    e,
+                )
+            })
+    }
+
+    pub(super) async fn connections(&self) -> Result<&Connections> {
+        self.connections
+            .get_or_try_init(|| async {
+                let main = self.manager(self.config.response_timeout).await?;
+                let acquire = match self.config.wait {
+                    Some(w) => Some(
+                        self.manager(self.config.response_timeout + w.timeout)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                warn_on_eviction_policy(&main).await;
+                Ok(Connections { main, acquire })
+            })
+            .await
+    }
+
+    /// Starts the subscriber task if it is not running; false where it
+    /// cannot run (no tokio runtime here, or a poisoned lock).
+    pub(super) fn start_subscriber(&self) -> bool {
+        let Ok(mut current) = self.subscription.lock() else {
+            return false;
+        };
+        if current.is_some() {
+            return true;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        // Pub/sub on RESP2: a connection of its own in subscriber mode.
+        let info = self.client.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP2);
+        let Ok(client) = redis::Client::open(info.set_redis_settings(settings)) else {
+            return false;
+        };
+        let subscription = Subscription {
+            client,
+            channel: self.channel(),
+            connection_timeout: self.config.connection_timeout,
+            response_timeout: self.config.response_timeout,
+        };
+        let (state, watched) = watch::channel(SubState::Starting);
+        runtime.spawn(subscription.run(state, self.wakeups.clone(), self.stop.child_token()));
+        *current = Some(watched);
+        true
+    }
+
+    /// Waits (bounded by the connection and response timeouts) while the
+    /// first subscription is under way, so that a waiter's attempt after
+    /// its `watch` runs only once announcements reach it; a failed first
+    /// subscription falls back to polling, and wakes every waiter when it
+    /// succeeds later.
+    pub(super) async fn first_subscription(&self) {
+        let watched = self.subscription.lock().ok().and_then(|s| s.clone());
+        if let Some(mut watched) = watched {
+            if *watched.borrow() == SubState::Starting {
+                let limit = self.config.connection_timeout + self.config.response_timeout;
+                let settled = watched.wait_for(|s| *s != SubState::Starting);
+                let _ = tokio::time::timeout(limit, settled).await;
+            }
+        }
+    }
+
+    pub(super) fn channel(&self) -> String {
+        keys::channel(&self.config.prefix, self.config.db)
+    }
+}
+
+/// Warns when the server may evict keys that must never go.
+async fn warn_on_eviction_policy(conn: &ConnectionManager) {
+    let mut conn = conn.clone();
+    let policy: redis::RedisResult<std::collections::HashMap<String, String>> =
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut conn)
+            .await;
+    match policy {
+        Ok(p) => {
+            if let Some(policy) = p
+                .get("maxmemory-policy")
+                .filter(|p| p.starts_with("allkeys"))
+            {
+                tracing::warn!(
+                    policy = %policy,
+                    "Redis may evict fencing counters and checkpoints under memory pressure \
+                     (maxmemory-policy {policy}): use noeviction or a volatile-* policy"
+                );
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot read the Redis eviction policy"),
+    }
+}

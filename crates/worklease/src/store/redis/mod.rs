@@ -1,0 +1,103 @@
+//! The Redis store (feature `redis`): leases on a Redis server (6.0 or
+//! later), one atomic Lua script per operation, judged by the server's
+//! clock.
+//!
+//! * **Key layout.** Under a configurable prefix (default
+//!   [`DEFAULT_PREFIX`]), each work ID has four keys,
+//!   `<prefix>{<escaped work ID>}:state|live|ckpt|fence` ([`LeaseKeys`]).
+//!   The escaping (percent-encoding of `{`, `}`, `%`, control characters
+//!   and non-ASCII bytes) keeps every work ID distinct (`jobs/a`,
+//!   `jobs/a/b` and `jobs/ab` are independent leases, so are `{a}` and
+//!   `%7Ba%7D`), and the hash tag `{…}` puts one work ID's keys in one Redis
+//!   Cluster slot, so each script touches one slot. The state hash
+//!   (holder, fencing token, TTL, phase, previous holder and how it ended),
+//!   the checkpoint and the fencing counter never expire; only `live`
+//!   carries a TTL.
+//! * **Atomicity and clock.** Each operation is one Lua script
+//!   ([`redis::Script`]: called by SHA with `EVALSHA`, loaded again on
+//!   `NOSCRIPT`). A lease is live exactly while its `live` key exists, so
+//!   expiry is judged by the server's own clock, to the millisecond: TTLs
+//!   are set with `PX`/`PEXPIRE`, rounded up to whole milliseconds, and
+//!   Redis keeps a key until its clock has passed the expiry, so the store
+//!   never ends a lease before its holder's deadline.
+//! * **Fencing.** Tokens come from a per-work-ID counter (`INCR`) that
+//!   never expires; an acquisition also takes the maximum with the state's
+//!   last token, so a counter deleted or set back by hand cannot hand out
+//!   an old token, and neither can an expired, released or deleted `live`
+//!   key. Tokens are per work ID (the counter shares the work ID's slot);
+//!   the SQLite and memory stores' tokens also increase across work IDs.
+//! * **Notifications.** A release or a revocation `PUBLISH`es the work ID
+//!   on one channel per prefix and database. A store that has waiters
+//!   keeps one subscriber connection (opened with its first waiter, and
+//!   subscribed before that waiter's next attempt) that wakes this
+//!   process's waiters of the work ID at once; after a dropped connection
+//!   it resubscribes and wakes every waiter, since announcements made
+//!   meanwhile are lost. Waiters poll as well, so a lost announcement costs
+//!   at most a poll interval. Every subscribed store receives every
+//!   announcement under its prefix (one delivery per store per release);
+//!   a store that never waits receives none. An acquisition (also a
+//!   takeover of an expired lease) announces nothing: it makes no lease
+//!   free, and waking waiters would only earn them a `Held`.
+//! * **Replication.** [`RedisConfig::wait_for_replicas`] (URL:
+//!   `wait_replicas=N&wait_timeout_ms=T`) makes every successful
+//!   acquisition run `WAIT N T` on the same connection, and fail with a
+//!   store error when fewer than N replicas acknowledged it in time; the
+//!   acquisition is then ended as if it had expired, so nobody holds it
+//!   and the next holder sees no clean hand-off. Such acquisitions use a
+//!   connection of their own, since `WAIT` blocks its connection.
+//!
+//! What Redis cannot promise, plainly:
+//!
+//! * **Failover can lose the newest writes.** Redis replicates
+//!   asynchronously: a primary that fails before a write reached a replica
+//!   loses it when the replica is promoted. The new primary may then not
+//!   know of a live lease (a second holder gets it: mutual exclusion, S1,
+//!   then rests on downstream systems checking fencing tokens), or may
+//!   hand out a fencing token again, and may lose an acknowledged
+//!   checkpoint. `wait_for_replicas` narrows this (a lease is only granted
+//!   once N replicas have it) but does not close it: `WAIT` does not make
+//!   Redis strongly consistent, and renewals and checkpoints are not
+//!   waited for.
+//! * **Without persistence a restart resets everything**: live leases are
+//!   forgotten (a second holder can take one whose holder still believes
+//!   in it), fencing counters start again from 1 (S2 broken, so fencing
+//!   cannot catch that second holder) and checkpoints are gone. Run with
+//!   `appendonly yes` (and `appendfsync always` for tokens that survive a
+//!   power loss, since the default `everysec` can lose the last second).
+//! * **Redis's clock is its host's wall clock.** Key expiry compares an
+//!   absolute Unix time with the server's `gettimeofday`: a forward step of
+//!   that clock (not a slew) ends leases early, while their holders, which
+//!   count on their own monotonic clocks, still believe in them; S1 then
+//!   rests on fencing tokens. Let NTP slew the server's clock, never step
+//!   it. Redis offers scripts no monotonic clock to do better with.
+//! * **Eviction.** Under `maxmemory` with an `allkeys-*` policy Redis may
+//!   evict fencing counters and checkpoints. Use `noeviction` or a
+//!   `volatile-*` policy (only `live` keys have a TTL); the store logs a
+//!   warning when it can see an `allkeys-*` policy.
+//!
+//! Not supported yet: Redis Cluster and Sentinel clients (the key layout is
+//! ready for Cluster; `inspect` would have to scan every primary), TLS
+//! (`rediss://`: the `redis` crate's rustls support needs a crypto
+//! provider chosen and installed by the application), Unix sockets.
+//!
+//! URL: `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
+//! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
+//! connection notices a drop at once); `protocol=resp2` opts out, for a
+//! server that cannot speak RESP3.
+
+mod config;
+mod connection;
+mod keys;
+mod ops;
+mod reply;
+mod scripts;
+mod subscriber;
+
+pub use config::{
+    RedisConfig, WaitForReplicas, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT,
+};
+pub use connection::RedisStore;
+pub use keys::{LeaseKeys, MAX_PREFIX_BYTES};
+
+const KIND: &str = "redis";

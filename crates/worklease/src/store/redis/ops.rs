@@ -1,0 +1,241 @@
+//! The store's operations ([`LeaseStore`] for [`RedisStore`]): each one
+//! script call on the lease's keys, and `inspect` over a `SCAN` of the
+//! state keys.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+
+use crate::error::{Error, Result, StoreError};
+use crate::limits::{ceil_millis, HolderId, WorkId};
+use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
+
+use super::keys;
+use super::reply::{
+    bad_reply, int, lease_info, opt_bytes, opt_text, previous, store_err, text, token,
+};
+use super::scripts::SCRIPTS;
+use super::{RedisStore, KIND};
+
+/// How many keys one `SCAN` step asks for when listing every lease.
+const SCAN_COUNT: usize = 1000;
+
+impl RedisStore {
+    async fn inspect_one(&self, work_id: WorkId) -> Result<Option<LeaseInfo>> {
+        let keys = self.lease_keys(&work_id);
+        let mut inv = SCRIPTS.inspect.prepare_invoke();
+        inv.key(&keys.state).key(&keys.live).key(&keys.checkpoint);
+        let reply = self.run(&inv, "inspect").await?;
+        match text(reply.first(), "status")?.as_str() {
+            "none" => Ok(None),
+            "ok" => Ok(Some(lease_info(work_id, reply.get(1))?)),
+            other => Err(bad_reply(&format!("status {other:?}"))),
+        }
+    }
+
+    /// Every work ID with a state hash under the prefix.
+    async fn scan_work_ids(&self) -> Result<BTreeSet<WorkId>> {
+        let mut conn = self.connections().await?.main.clone();
+        let pattern = keys::state_pattern(&self.config.prefix);
+        let mut ids = BTreeSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| store_err("cannot list the leases (SCAN)", e))?;
+            ids.extend(
+                keys.iter()
+                    .filter_map(|k| keys::work_id_of_state_key(&self.config.prefix, k)),
+            );
+            if next == 0 {
+                return Ok(ids);
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
+        let keys = self.lease_keys(work_id);
+        let mut inv = SCRIPTS.acquire.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .key(&keys.fence)
+            .arg(holder_id.as_str())
+            .arg(ceil_millis(ttl));
+        let connections = self.connections().await?;
+        self.first_subscription().await;
+        let (reply, acked) = match (&connections.acquire, self.config.wait) {
+            (Some(conn), Some(wait)) => {
+                let (reply, acked) = self.run_and_wait(conn, &inv, wait).await?;
+                (reply, Some((acked, wait)))
+            }
+            _ => (self.run(&inv, "acquire").await?, None),
+        };
+        match text(reply.first(), "status")?.as_str() {
+            "held" => {
+                let pttl = int(reply.get(2), "PTTL")?;
+                return Err(Error::Held {
+                    work_id: work_id.to_string(),
+                    holder_id: opt_text(reply.get(1), "holder")?
+                        .unwrap_or_else(|| "(unknown)".to_string()),
+                    expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
+                });
+            }
+            "ok" => {}
+            other => return Err(bad_reply(&format!("status {other:?}"))),
+        }
+        let fencing_token = token(reply.get(1), "token")?;
+        let handoff = Handoff {
+            previous: previous(reply.get(2..5).unwrap_or(&[]))?,
+        };
+        if let Some((acked, wait)) = acked {
+            if acked < i64::from(wait.replicas) {
+                let mut inv = SCRIPTS.abandon.prepare_invoke();
+                inv.key(&keys.state)
+                    .key(&keys.live)
+                    .arg(holder_id.as_str())
+                    .arg(fencing_token)
+                    .arg(self.channel())
+                    .arg(work_id.as_str());
+                if let Err(e) = self.run(&inv, "abandon an unreplicated acquisition").await {
+                    tracing::warn!(work_id = %work_id, error = %e, "cannot end an acquisition too few replicas acknowledged: it expires with its TTL");
+                }
+                return Err(StoreError::new(
+                    KIND,
+                    format!(
+                        "only {acked} of the {} replicas asked for acknowledged the acquisition of {work_id:?} within {:?}: not granted",
+                        wait.replicas, wait.timeout
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(Grant {
+            fencing_token,
+            expires_at: SystemTime::now() + ttl,
+            handoff,
+        })
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        let keys = self.lease_keys(lease.work_id);
+        let mut inv = SCRIPTS.renew.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .arg(lease.holder_id.as_str())
+            .arg(lease.fencing_token)
+            .arg(ceil_millis(ttl));
+        self.run_on_lease(lease, &inv, "renew").await?;
+        Ok(SystemTime::now() + ttl)
+    }
+
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
+        let keys = self.lease_keys(lease.work_id);
+        let mut inv = SCRIPTS.checkpoint.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .key(&keys.checkpoint)
+            .arg(lease.holder_id.as_str())
+            .arg(lease.fencing_token)
+            .arg(ceil_millis(ttl))
+            .arg(data.as_ref());
+        self.run_on_lease(lease, &inv, "checkpoint").await?;
+        Ok(SystemTime::now() + ttl)
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
+        let keys = self.lease_keys(lease.work_id);
+        let mut inv = SCRIPTS.read.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .key(&keys.checkpoint)
+            .arg(lease.holder_id.as_str())
+            .arg(lease.fencing_token);
+        let reply = self.run_on_lease(lease, &inv, "read checkpoint").await?;
+        Ok(Checkpoint {
+            data: opt_bytes(reply.first(), "checkpoint")?.map(Bytes::copy_from_slice),
+            handoff: Handoff {
+                previous: previous(reply.get(1..4).unwrap_or(&[]))?,
+            },
+        })
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
+        let keys = self.lease_keys(lease.work_id);
+        let mut inv = SCRIPTS.release.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .arg(lease.holder_id.as_str())
+            .arg(lease.fencing_token)
+            .arg(self.channel())
+            .arg(lease.work_id.as_str());
+        self.run_on_lease(lease, &inv, "release").await?;
+        Ok(())
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
+        crate::store::inspect_each(work_ids, self.scan_work_ids(), |id| self.inspect_one(id)).await
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
+        let keys = self.lease_keys(work_id);
+        let mut inv = SCRIPTS.revoke.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .key(&keys.checkpoint)
+            .arg(self.channel())
+            .arg(work_id.as_str());
+        let reply = self.run(&inv, "revoke").await?;
+        match text(reply.first(), "status")?.as_str() {
+            "none" => Ok(None),
+            "ok" => Ok(Some(lease_info(work_id.clone(), reply.get(1))?)),
+            other => Err(bad_reply(&format!("status {other:?}"))),
+        }
+    }
+
+    /// Registers the waiter, then starts the subscription if this is the
+    /// store's first waiter. The subscription is confirmed before the
+    /// store's next acquisition attempt runs (see `first_subscription`),
+    /// which is what a waiter does after `watch`: a release after that
+    /// attempt is announced to it, one before it is seen by the attempt.
+    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
+        let one = self.wakeups.watchers.watch(work_id)?;
+        if !self.start_subscriber() {
+            return None;
+        }
+        let mut all = self.wakeups.resubscribed.subscribe();
+        Some(Box::pin(async move {
+            tokio::select! {
+                () = one => {}
+                // An error means the store is gone: nothing more will change.
+                _ = all.changed() => {}
+            }
+        }))
+    }
+}

@@ -1,0 +1,153 @@
+//! Reading the scripts' replies: errors, strings, numbers, fencing tokens,
+//! the previous holder and the lease info.
+
+use std::time::{Duration, SystemTime};
+
+use redis::{RedisError, Value};
+
+use crate::error::{Error, Result, StoreError};
+use crate::limits::WorkId;
+use crate::store::record::Phase;
+use crate::store::{Handoff, LeaseEnd, LeaseInfo, PreviousHolder};
+
+use super::KIND;
+
+pub(super) fn store_err(what: &str, e: RedisError) -> Error {
+    StoreError::with_source(KIND, what.to_string(), e).into()
+}
+
+pub(super) fn bad_reply(what: &str) -> Error {
+    StoreError::new(KIND, format!("unexpected reply from the server: {what}")).into()
+}
+
+pub(super) fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(bad_reply(&format!("{other:?}"))),
+    }
+}
+
+/// The bytes of a string reply; `None` for a nil (RESP2) or a Lua `false`
+/// (a RESP3 boolean).
+pub(super) fn opt_bytes<'a>(v: Option<&'a Value>, what: &str) -> Result<Option<&'a [u8]>> {
+    match v {
+        None | Some(Value::Nil) | Some(Value::Boolean(false)) => Ok(None),
+        Some(Value::BulkString(b)) => Ok(Some(b)),
+        Some(Value::SimpleString(s)) => Ok(Some(s.as_bytes())),
+        Some(Value::VerbatimString { text, .. }) => Ok(Some(text.as_bytes())),
+        Some(other) => Err(bad_reply(&format!("{what}: {other:?}"))),
+    }
+}
+
+pub(super) fn opt_text(v: Option<&Value>, what: &str) -> Result<Option<String>> {
+    opt_bytes(v, what)?
+        .map(|b| {
+            String::from_utf8(b.to_vec()).map_err(|_| bad_reply(&format!("{what} is not UTF-8")))
+        })
+        .transpose()
+}
+
+pub(super) fn text(v: Option<&Value>, what: &str) -> Result<String> {
+    opt_text(v, what)?.ok_or_else(|| bad_reply(&format!("{what} is missing")))
+}
+
+fn opt_int(v: Option<&Value>, what: &str) -> Result<Option<i64>> {
+    match v {
+        Some(Value::Int(i)) => Ok(Some(*i)),
+        other => opt_text(other, what)?
+            .map(|s| {
+                s.parse()
+                    .map_err(|_| bad_reply(&format!("{what} {s:?} is not a number")))
+            })
+            .transpose(),
+    }
+}
+
+pub(super) fn int(v: Option<&Value>, what: &str) -> Result<i64> {
+    opt_int(v, what)?.ok_or_else(|| bad_reply(&format!("{what} is missing")))
+}
+
+fn opt_token(v: Option<&Value>, what: &str) -> Result<Option<u64>> {
+    opt_text(v, what)?
+        .map(|s| {
+            s.parse()
+                .map_err(|_| bad_reply(&format!("{what} {s:?} is not a fencing token")))
+        })
+        .transpose()
+}
+
+pub(super) fn token(v: Option<&Value>, what: &str) -> Result<u64> {
+    opt_token(v, what)?.ok_or_else(|| bad_reply(&format!("{what} is missing")))
+}
+
+/// The previous holder from (holder, token, end) replies.
+pub(super) fn previous(items: &[Value]) -> Result<Option<PreviousHolder>> {
+    let holder = opt_text(items.first(), "previous holder")?;
+    let token = opt_token(items.get(1), "previous token")?;
+    let end = opt_text(items.get(2), "previous end")?;
+    Ok(match (holder, token, end) {
+        (Some(holder_id), Some(fencing_token), Some(end)) => Some(PreviousHolder {
+            holder_id,
+            fencing_token,
+            ended: LeaseEnd::from_str(&end)
+                .ok_or_else(|| bad_reply(&format!("previous end {end:?}")))?,
+        }),
+        _ => None,
+    })
+}
+
+/// A duration in milliseconds from a signed difference: `base` moved by
+/// `delta_ms`.
+fn shifted(base: SystemTime, delta_ms: i64) -> SystemTime {
+    let d = Duration::from_millis(delta_ms.unsigned_abs());
+    if delta_ms >= 0 {
+        base + d
+    } else {
+        base.checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+}
+
+/// A [`LeaseInfo`] from the `info` reply of the scripts: holder, token,
+/// ttl, phase, exp, prev_holder, prev_token, prev_end, pttl, checkpoint
+/// length, server now.
+pub(super) fn lease_info(work_id: WorkId, v: Option<&Value>) -> Result<LeaseInfo> {
+    let items = match v {
+        Some(Value::Array(items)) => items,
+        other => return Err(bad_reply(&format!("lease info {other:?}"))),
+    };
+    let holder_id = text(items.first(), "holder")?;
+    let fencing_token = token(items.get(1), "token")?;
+    let phase_text = text(items.get(3), "phase")?;
+    let phase =
+        Phase::parse(&phase_text).ok_or_else(|| bad_reply(&format!("phase {phase_text:?}")))?;
+    let exp = opt_int(items.get(4), "expiry")?;
+    let previous = previous(items.get(5..8).unwrap_or(&[]))?;
+    let pttl = int(items.get(8), "PTTL")?;
+    let checkpoint_bytes = int(items.get(9), "checkpoint length")?;
+    let server_now = int(items.get(10), "server time")?;
+    let live = phase == Phase::Held && pttl != -2;
+    let expires_in = (live && pttl >= 0).then(|| Duration::from_millis(pttl.unsigned_abs()));
+    let now = SystemTime::now();
+    let expires_at = match (expires_in, exp) {
+        (Some(left), _) => now + left,
+        (None, Some(exp)) => shifted(now, exp.saturating_sub(server_now)),
+        (None, None) => now,
+    };
+    let ended = (!live).then_some(match phase {
+        Phase::Held => LeaseEnd::Expired,
+        Phase::Released => LeaseEnd::Released,
+        Phase::Revoked => LeaseEnd::Revoked,
+    });
+    Ok(LeaseInfo {
+        work_id,
+        holder_id,
+        fencing_token,
+        expires_at,
+        expires_in,
+        expired: !live,
+        released: phase == Phase::Released,
+        ended,
+        checkpoint_bytes: usize::try_from(checkpoint_bytes).unwrap_or(0),
+        handoff: Handoff { previous },
+    })
+}

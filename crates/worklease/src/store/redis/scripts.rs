@@ -1,0 +1,127 @@
+//! The Lua scripts (each with the shared prelude) and how they run: by SHA
+//! with `EVALSHA`, loaded again on `NOSCRIPT`, tried once more on a dropped
+//! connection, and the acquisition pipelined with `WAIT`.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::{ErrorKind, Script, ScriptInvocation, ServerErrorKind, Value};
+
+use crate::error::{Error, Result};
+use crate::limits::ceil_millis;
+use crate::store::record;
+use crate::store::LeaseRef;
+
+use super::reply::{array, bad_reply, store_err, text};
+use super::{RedisStore, WaitForReplicas};
+
+macro_rules! script {
+    ($file:literal) => {
+        Script::new(concat!(include_str!("common.lua"), include_str!($file)))
+    };
+}
+
+/// The store's scripts, each with the shared prelude.
+pub(super) struct Scripts {
+    pub(super) acquire: Script,
+    pub(super) renew: Script,
+    pub(super) checkpoint: Script,
+    pub(super) read: Script,
+    pub(super) release: Script,
+    pub(super) abandon: Script,
+    pub(super) revoke: Script,
+    pub(super) inspect: Script,
+}
+
+pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: script!("acquire.lua"),
+    renew: script!("renew.lua"),
+    checkpoint: script!("checkpoint.lua"),
+    read: script!("read.lua"),
+    release: script!("release.lua"),
+    abandon: script!("abandon.lua"),
+    revoke: script!("revoke.lua"),
+    inspect: script!("inspect.lua"),
+});
+
+impl RedisStore {
+    /// Runs a script on the command connection and returns its reply's
+    /// elements.
+    ///
+    /// A request that meets a connection the server (or the network) had
+    /// already dropped — `is_connection_dropped`: broken pipe, reset,
+    /// unexpected EOF — is tried once more: the connection manager has
+    /// reconnected by then. That is safe for every script run here: each
+    /// is conditioned on the work ID, holder and fencing token, so running
+    /// one twice cannot break S1–S3 (at worst a release that did apply
+    /// reports `Expired`). Without it, the first call after a dropped
+    /// connection failed although the server was fine (issue 9's
+    /// `network_faults` test, "after a cut the next operation reconnects").
+    pub(super) async fn run(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<Vec<Value>> {
+        let mut conn = self.connections().await?.main.clone();
+        let reply: Value = match invocation.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_dropped() => {
+                tracing::debug!(error = %e, "the connection had been dropped: trying once more");
+                invocation.invoke_async(&mut conn).await
+            }
+            other => other,
+        }
+        .map_err(|e| store_err(what, e))?;
+        array(reply)
+    }
+
+    /// Runs the acquire script then `WAIT` in one pipeline on the
+    /// acquisition connection; returns the script's reply and the number of
+    /// replicas that acknowledged.
+    pub(super) async fn run_and_wait(
+        &self,
+        conn: &ConnectionManager,
+        invocation: &ScriptInvocation<'_>,
+        wait: WaitForReplicas,
+    ) -> Result<(Vec<Value>, i64)> {
+        let mut conn = conn.clone();
+        let pipeline = || {
+            let mut p = redis::pipe();
+            p.invoke_script(invocation)
+                .cmd("WAIT")
+                .arg(wait.replicas)
+                .arg(ceil_millis(wait.timeout));
+            p
+        };
+        let mut result: redis::RedisResult<(Value, i64)> = pipeline().query_async(&mut conn).await;
+        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+            invocation
+                .load_async(&mut conn)
+                .await
+                .map_err(|e| store_err("cannot load the acquire script", e))?;
+            result = pipeline().query_async(&mut conn).await;
+        }
+        let (reply, acked) = result.map_err(|e| store_err("acquire", e))?;
+        Ok((array(reply)?, acked))
+    }
+
+    /// Runs a script that names `lease` and ends in `ok`, `fenced` or
+    /// `expired`; returns the reply's elements after the status.
+    pub(super) async fn run_on_lease(
+        &self,
+        lease: LeaseRef<'_>,
+        invocation: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<Vec<Value>> {
+        let mut reply = self.run(invocation, what).await?;
+        let status = text(reply.first(), "status")?;
+        match status.as_str() {
+            "ok" => Ok(reply.split_off(1)),
+            "fenced" => Err(record::fenced(lease)),
+            "expired" => Err(Error::Expired {
+                work_id: lease.work_id.to_string(),
+                fencing_token: lease.fencing_token,
+            }),
+            other => Err(bad_reply(&format!("status {other:?}"))),
+        }
+    }
+}
