@@ -1,0 +1,291 @@
+//! The [`LeaseStore`] operations (each one statement, but `watch`) and the
+//! decoding of their rows.
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use rand::Rng;
+use tokio_postgres::Row;
+
+use crate::error::{Error, InvalidInput, Result, StoreError};
+use crate::limits::{HolderId, WorkId};
+use crate::store::record::{self, Phase};
+use crate::store::{
+    Checkpoint, Grant, Handoff, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
+};
+
+use super::pool::get;
+use super::sql::check_verdict;
+use super::{PostgresStore, KIND};
+
+fn corrupt(what: &str) -> Error {
+    StoreError::new(KIND, format!("a lease row is corrupt: {what}")).into()
+}
+
+/// `ttl` in whole milliseconds (rounded up), as the statements take it.
+fn ttl_millis(ttl: Duration) -> Result<i64> {
+    i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
+        Error::from(InvalidInput::TtlTooLong {
+            ttl,
+            max: crate::limits::MAX_TTL,
+        })
+    })
+}
+
+fn token_u64(v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| corrupt("negative fencing token"))
+}
+
+fn previous(
+    holder: Option<String>,
+    token: Option<i64>,
+    end: Option<String>,
+) -> Result<Option<PreviousHolder>> {
+    match (holder, token, end) {
+        (Some(holder_id), Some(t), Some(end)) => Ok(Some(PreviousHolder {
+            holder_id,
+            fencing_token: token_u64(t)?,
+            ended: LeaseEnd::from_str(&end).ok_or_else(|| corrupt("prev_end"))?,
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// This host's wall-clock estimate of a server time `delta_us` from now.
+fn wall_at(delta_us: i64) -> SystemTime {
+    let d = Duration::from_micros(delta_us.unsigned_abs());
+    if delta_us >= 0 {
+        SystemTime::now() + d
+    } else {
+        SystemTime::now()
+            .checked_sub(d)
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+}
+
+/// A [`LeaseInfo`] from the columns of `info_cols` starting at 0.
+fn info_from(row: &Row) -> Result<LeaseInfo> {
+    let work_id: String = get(row, 0)?;
+    let work_id = WorkId::new(work_id)
+        .map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
+    let phase: String = get(row, 3)?;
+    let phase = Phase::parse(&phase).ok_or_else(|| corrupt("phase"))?;
+    let unexpired: bool = get(row, 4)?;
+    let delta_us: i64 = get(row, 5)?;
+    let live = phase == Phase::Held && unexpired;
+    let ended = match phase {
+        Phase::Held => LeaseEnd::Expired,
+        Phase::Released => LeaseEnd::Released,
+        Phase::Revoked => LeaseEnd::Revoked,
+    };
+    let checkpoint_bytes: i64 = get(row, 6)?;
+    Ok(LeaseInfo {
+        work_id,
+        holder_id: get(row, 1)?,
+        fencing_token: token_u64(get(row, 2)?)?,
+        expires_at: wall_at(delta_us),
+        expires_in: live.then(|| Duration::from_micros(delta_us.max(0).unsigned_abs())),
+        expired: !live,
+        released: phase == Phase::Released,
+        ended: (!live).then_some(ended),
+        checkpoint_bytes: usize::try_from(checkpoint_bytes)
+            .map_err(|_| corrupt("checkpoint size"))?,
+        handoff: Handoff {
+            previous: previous(get(row, 7)?, get(row, 8)?, get(row, 9)?)?,
+        },
+    })
+}
+
+impl PostgresStore {
+    /// Runs renew, checkpoint or release (`sql`) and maps the verdict.
+    async fn update_current(
+        &self,
+        sql: &str,
+        lease: LeaseRef<'_>,
+        extra: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        context: &'static str,
+    ) -> Result<()> {
+        let Ok(fencing) = i64::try_from(lease.fencing_token) else {
+            return Err(record::fenced(lease));
+        };
+        let (work_id, holder_id) = (lease.work_id.as_str(), lease.holder_id.as_str());
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            vec![&work_id, &holder_id, &fencing];
+        params.extend_from_slice(extra);
+        let rows = self.query(sql, &params, context).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::new(KIND, format!("{context}: no answer row")))?;
+        let verdict: String = get(row, 0)?;
+        check_verdict(&verdict, lease)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
+        let ttl_ms = ttl_millis(ttl)?;
+        // A first insertion racing another one can leave the statement with
+        // no row to report (the winner's row is not in its snapshot): the
+        // statement changed nothing then, and is run again.
+        const ATTEMPTS: usize = 3;
+        // A waiter (it called `watch` first) marks a held lease as wanted,
+        // so that its release notifies; releases nobody waits for skip
+        // NOTIFY, whose commit-time lock serializes every notifying commit
+        // of the server.
+        let waiting = self
+            .shared
+            .watched
+            .lock()
+            .map(|w| w.contains(work_id))
+            .unwrap_or(true);
+        for _ in 0..ATTEMPTS {
+            let rows = self
+                .query(
+                    &self.sql.acquire,
+                    &[&work_id.as_str(), &holder_id.as_str(), &ttl_ms, &waiting],
+                    "cannot acquire",
+                )
+                .await?;
+            let Some(row) = rows.first() else { continue };
+            let token: Option<i64> = get(row, 0)?;
+            match token {
+                Some(t) => {
+                    if let Ok(mut w) = self.shared.watched.lock() {
+                        w.remove(work_id);
+                    }
+                    return Ok(Grant {
+                        fencing_token: token_u64(t)?,
+                        expires_at: SystemTime::now() + ttl,
+                        handoff: Handoff {
+                            previous: previous(get(row, 1)?, get(row, 2)?, get(row, 3)?)?,
+                        },
+                    });
+                }
+                None => {
+                    let holder: String = get(row, 4)?;
+                    let remaining_us: i64 = get(row, 5)?;
+                    return Err(Error::Held {
+                        work_id: work_id.to_string(),
+                        holder_id: holder,
+                        expires_in: Some(Duration::from_micros(remaining_us.max(0).unsigned_abs())),
+                    });
+                }
+            }
+        }
+        Err(StoreError::new(
+            KIND,
+            format!("acquisition of {work_id:?} kept racing concurrent first acquisitions"),
+        )
+        .into())
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        let ttl_ms = ttl_millis(ttl)?;
+        self.update_current(&self.sql.renew, lease, &[&ttl_ms], "cannot renew")
+            .await?;
+        Ok(SystemTime::now() + ttl)
+    }
+
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
+        let ttl_ms = ttl_millis(ttl)?;
+        let data: &[u8] = &data;
+        self.update_current(
+            &self.sql.checkpoint,
+            lease,
+            &[&ttl_ms, &data],
+            "cannot checkpoint",
+        )
+        .await?;
+        Ok(SystemTime::now() + ttl)
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
+        let Ok(fencing) = i64::try_from(lease.fencing_token) else {
+            return Err(record::fenced(lease));
+        };
+        let rows = self
+            .query(
+                &self.sql.read,
+                &[&lease.work_id.as_str(), &lease.holder_id.as_str(), &fencing],
+                "cannot read the checkpoint",
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::new(KIND, "read checkpoint: no answer row"))?;
+        let verdict: String = get(row, 0)?;
+        check_verdict(&verdict, lease)?;
+        let data: Option<Vec<u8>> = get(row, 1)?;
+        Ok(Checkpoint {
+            data: data.map(Bytes::from),
+            handoff: Handoff {
+                previous: previous(get(row, 2)?, get(row, 3)?, get(row, 4)?)?,
+            },
+        })
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
+        let channel = self.channel.as_str();
+        self.update_current(&self.sql.release, lease, &[&channel], "cannot release")
+            .await?;
+        // Waiters of this value need not wait for the notification's trip.
+        self.shared.notify(lease.work_id);
+        Ok(())
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
+        let ids: Vec<&str> = work_ids.iter().map(WorkId::as_str).collect();
+        let rows = self
+            .query(&self.sql.inspect, &[&ids], "cannot list leases")
+            .await?;
+        rows.iter().map(info_from).collect()
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
+        let channel = self.channel.as_str();
+        let rows = self
+            .query(
+                &self.sql.revoke,
+                &[&work_id.as_str(), &channel],
+                "cannot revoke",
+            )
+            .await?;
+        let before = rows.first().map(info_from).transpose()?;
+        self.shared.notify(work_id);
+        Ok(before)
+    }
+
+    fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
+        let woken = self.shared.watchers.watch(work_id)?;
+        if let Ok(mut w) = self.shared.watched.lock() {
+            w.insert(work_id.clone());
+        }
+        let jitter = self
+            .options
+            .wake_jitter
+            .mul_f64(rand::thread_rng().gen_range(0.0..=1.0));
+        Some(Box::pin(async move {
+            woken.await;
+            if !jitter.is_zero() {
+                tokio::time::sleep(jitter).await;
+            }
+        }))
+    }
+}

@@ -1,0 +1,267 @@
+//! The embedded SQLite store: one file shared by many processes on one host.
+//!
+//! * **Atomicity.** Every operation is one `BEGIN IMMEDIATE` transaction:
+//!   read the row, decide with the shared lease rules, write, commit. WAL
+//!   mode lets readers (`status`) run beside a writer; a busy timeout
+//!   (default 5 s) queues writers of other processes.
+//! * **Clock.** Expiry is judged by the host's monotonic clock
+//!   (`CLOCK_MONOTONIC`), stored with the boot ID
+//!   (`/proc/sys/kernel/random/boot_id`). A wall-clock step changes
+//!   nothing; a reboot expires every lease, since a row from another boot is
+//!   expired. It is the clock holders judge their own deadlines by (Rust's
+//!   and tokio's `Instant`), so the two agree also across a suspend, which
+//!   neither counts: a suspended host's leases resume with the time they had
+//!   left. (`CLOCK_BOOTTIME`, which counts a suspend, would let a contender
+//!   take a lease its resumed holder still believes live.) See
+//!   [`StoreClock`].
+//! * **Fencing.** Tokens come from one sequence in the file, shared by all
+//!   work IDs, committed with the acquisition (`synchronous = FULL`, so a
+//!   power loss cannot roll back a token that was handed out). They survive
+//!   process restarts and the deletion of a lease row.
+//! * **Notifications.** Waiters on the same `SqliteStore` value as the
+//!   releaser are woken at once; waiters on other values (other processes,
+//!   or a second value on the same file) poll, since SQLite has no
+//!   cross-process notification. Share one value (in an `Arc`) per process.
+//! * **Cancellation.** A call whose future is dropped while it waits for
+//!   the file's write lock is rolled back rather than committed, so an
+//!   abandoned acquisition or renewal leaves no lease behind.
+//! * **The file stays the file.** Every transaction checks that the path
+//!   still names the file opened (device and inode): a store whose file
+//!   was deleted or replaced refuses every call, so its holders give up by
+//!   their deadlines instead of renewing in a file nobody else sees while
+//!   a fresh file restarts fencing tokens at 1. A hard-linked file is
+//!   refused at open for the same reason.
+//!
+//! Not supported: more than one host (SQLite's locking over network file
+//! systems is unreliable: use PostgreSQL, Redis or etcd), platforms
+//! without a boot ID (Linux and Android have one), and SQLite URIs or
+//! in-memory databases: the path is a plain file path.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Result, StoreError};
+use crate::store::notify::Watchers;
+
+mod clock;
+mod file;
+mod ops;
+mod row;
+mod schema;
+
+pub use clock::{BootClock, ClockReading, StoreClock, TokioClock};
+pub use schema::SCHEMA_VERSION;
+
+use file::FileIdentity;
+use schema::migrate;
+
+const KIND: &str = "sqlite";
+
+/// The embedded SQLite store. See the module docs for its guarantees and
+/// what it does not support.
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    clock: Arc<dyn StoreClock>,
+    path: PathBuf,
+    file: FileIdentity,
+    watchers: Watchers,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// How long a call waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+fn db_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |e| StoreError::with_source(KIND, context.to_string(), e)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file at `path` with the
+    /// [`BootClock`]. The parent directory must exist.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the file cannot be opened or created, its schema
+    /// is newer than this code's [`SCHEMA_VERSION`], or the clock cannot be
+    /// read.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with_clock(path, Arc::new(BootClock::new()?))
+    }
+
+    /// Opens the store file at `path`, judging expiry by `clock`.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn StoreClock>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let shown = path.display().to_string();
+        let at = |what: &str| format!("{what} {shown:?}");
+        // A plain file: no URI parsing (which could turn locking off or
+        // open an in-memory database), and none of SQLite's special names.
+        if shown.is_empty() || shown == ":memory:" {
+            return Err(StoreError::new(
+                KIND,
+                format!("{shown:?} is not a file path: the SQLite store needs a file that processes share"),
+            )
+            .into());
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags)
+            .map_err(db_err(&at("cannot open the database file")))?;
+        // Another name for the same file (a hard link) would have its own
+        // WAL and lock files: two stores on one table, no exclusion.
+        let file = FileIdentity::of(&path)
+            .map_err(|e| StoreError::with_source(KIND, at("cannot read the metadata of"), e))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let links = std::fs::metadata(&path)
+                .map_err(|e| StoreError::with_source(KIND, at("cannot read the metadata of"), e))?
+                .nlink();
+            if links > 1 {
+                return Err(StoreError::new(
+                    KIND,
+                    format!("{} has {links} hard links: processes using different names would not exclude each other; use one name", at("the database")),
+                )
+                .into());
+            }
+        }
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(db_err(&at("cannot set the busy timeout on")))?;
+        // Switching to WAL takes an exclusive lock that the busy timeout
+        // does not wait for: retry while other processes open the same new
+        // file. WAL is persistent in the file, so this is a one-time race.
+        let started = std::time::Instant::now();
+        let mode = loop {
+            match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get::<_, String>(0)) {
+                Err(e) if is_busy(&e) && started.elapsed() < BUSY_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                other => break other.map_err(db_err(&at("cannot switch to WAL mode:")))?,
+            }
+        };
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::new(
+                KIND,
+                format!(
+                    "{} stays in journal mode {mode:?}, not WAL",
+                    at("the database")
+                ),
+            )
+            .into());
+        }
+        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(db_err(&at("cannot set pragmas on")))?;
+        migrate(&mut conn, &shown)?;
+        clock.now()?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            clock,
+            path,
+            file,
+            watchers: Watchers::default(),
+        })
+    }
+
+    /// The file this store uses.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AcquireOptions, Config, Leases};
+
+    /// A clock whose epoch can be changed, as a reboot changes the boot ID.
+    struct RebootableClock {
+        inner: TokioClock,
+        epoch: Mutex<String>,
+    }
+
+    impl StoreClock for RebootableClock {
+        fn now(&self) -> Result<ClockReading, StoreError> {
+            let mut r = self.inner.now()?;
+            r.epoch = self
+                .epoch
+                .lock()
+                .map_err(|_| StoreError::new(KIND, "poisoned"))?
+                .clone();
+            Ok(r)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fencing_survives_restart_and_reboot_expires_leases() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("leases.db");
+        let clock = Arc::new(RebootableClock {
+            inner: TokioClock::new(),
+            epoch: Mutex::new("boot-1".into()),
+        });
+        let ttl = Duration::from_secs(3600);
+        let first = {
+            let store = Arc::new(SqliteStore::open_with_clock(&path, clock.clone()).expect("open"));
+            let leases = Leases::new(store, Config::new("a", ttl)).expect("config");
+            let t = leases
+                .acquire("job", AcquireOptions::new())
+                .await
+                .expect("acquire");
+            leases
+                .checkpoint(&t, &b"progress"[..])
+                .await
+                .expect("checkpoint");
+            t.fencing_token()
+        }; // the process ends without releasing
+        let store = Arc::new(SqliteStore::open_with_clock(&path, clock.clone()).expect("reopen"));
+        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
+        assert!(
+            matches!(
+                b.acquire("job", AcquireOptions::new()).await,
+                Err(crate::Error::Held { .. })
+            ),
+            "a restart of a process does not end its lease"
+        );
+        *clock.epoch.lock().expect("lock") = "boot-2".into(); // the host reboots
+        let t = b
+            .acquire("job", AcquireOptions::new())
+            .await
+            .expect("a reboot expires every lease");
+        assert!(t.fencing_token() > first, "S2 across a restart");
+        let c = b.read_checkpoint(&t).await.expect("read");
+        assert_eq!(c.data.as_deref(), Some(&b"progress"[..]));
+        assert!(!c.clean_handoff());
+        // Deleting the row by hand does not reset the fencing sequence.
+        store
+            .conn
+            .lock()
+            .expect("lock")
+            .execute("DELETE FROM worklease_leases", [])
+            .expect("delete");
+        let t2 = b
+            .acquire("job", AcquireOptions::new())
+            .await
+            .expect("acquire");
+        assert!(
+            t2.fencing_token() > t.fencing_token(),
+            "S2 after a deleted row"
+        );
+    }
+}
