@@ -6,8 +6,8 @@
 //!    notifications); a signal while campaigning ends the wait with 128 + N.
 //! 2. While leading: run the child with the `WORKLEASE_*` environment (the
 //!    generation is `WORKLEASE_FENCING_TOKEN`) under the same supervision
-//!    as `run` ([`crate::run::supervise`]): signals, job control, stdin,
-//!    leftover processes, and a child gone by the lease deadline.
+//!    as `run` ([`crate::supervise::supervise`]): signals, job control,
+//!    stdin, leftover processes, and a child gone by the lease deadline.
 //! 3. Leadership lost: SIGTERM the child's group, SIGKILL after `--grace`
 //!    (at the deadline when renewal failed), exit 76.
 //! 4. The child exits while leading: release (a standby leads at its next
@@ -23,10 +23,8 @@ use worklease::Error;
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
-use crate::run::{
-    cannot_run, check_command, check_lease_args, default_holder, say_lost, spawn, supervise,
-    Signals,
-};
+use crate::run::{check_command, check_lease_args, default_holder, say_lost};
+use crate::supervise::{cannot_run, spawn, supervise, Signals};
 use crate::ElectArgs;
 
 /// Runs `worklease elect` and returns its exit status.

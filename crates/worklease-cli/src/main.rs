@@ -83,6 +83,7 @@ mod progress;
 mod release;
 mod run;
 mod status;
+mod supervise;
 
 use exit::Failure;
 
@@ -885,9 +886,9 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // Job-control signals are for the main thread only: see
-        // `run::job_control_mask`.
+        // `supervise::job_control_mask`.
         .on_thread_start(|| {
-            let _ = run::job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK);
+            let _ = supervise::job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK);
         })
         .build()
     {

@@ -14,8 +14,8 @@
 //!
 //! For each work ID it holds (a slot), it runs the command in its own
 //! process group under the same supervision as `worklease run`
-//! ([`crate::run::supervise_with`]), with the `WORKLEASE_*` environment of
-//! that work ID's lease and stdin `/dev/null`.
+//! ([`crate::supervise::supervise_with`]), with the `WORKLEASE_*`
+//! environment of that work ID's lease and stdin `/dev/null`.
 //!
 //! How a slot's child ends, and what follows:
 //!
@@ -75,9 +75,9 @@ use worklease::store::memory::MemoryStore;
 use worklease::{AcquireOptions, Config, Error, Leases, Token, WorkId};
 
 use crate::exit::{self, Failure};
-use crate::run::{
-    cannot_run, check_command, check_lease_args, default_holder, fmt_secs, spawn_in_group,
-    supervise_with, terminating, warn_if_memory, HeldLease, Signals, Stop, MAX_CHILDREN,
+use crate::run::{check_command, check_lease_args, default_holder, fmt_secs, warn_if_memory};
+use crate::supervise::{
+    cannot_run, spawn_in_group, supervise_with, terminating, HeldLease, Signals, Stop, MAX_CHILDREN,
 };
 use crate::PoolArgs;
 

@@ -1,0 +1,121 @@
+//! Starting a child in its own process group, with the `WORKLEASE_*`
+//! environment of its lease.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::process::Stdio;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use worklease::Token;
+
+use super::signals::{job_control_mask, GroupEntry};
+use crate::exit::{self, Failure};
+
+/// The failure for a command that cannot be started.
+pub fn cannot_run(command: &[OsString], e: std::io::Error) -> Failure {
+    let code = match e.kind() {
+        std::io::ErrorKind::NotFound => exit::COMMAND_NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
+    };
+    Failure::new(code, format!("cannot run {:?}: {e}", command[0]))
+}
+
+/// A child started by [`spawn`] or [`spawn_in_group`], leading its own
+/// process group, which the job-control handler knows of until the child's
+/// supervision ends.
+pub struct Child {
+    pub(super) process: tokio::process::Child,
+    pub(super) _entry: Option<GroupEntry>,
+}
+
+/// Starts the child in its own process group with the `WORKLEASE_*`
+/// environment; on Linux it is killed if this process dies. When stdin is a
+/// terminal, the child gets `/dev/null` instead: in a background process
+/// group, reading the terminal would stop it (SIGTTIN) while it holds the
+/// lease.
+pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::Result<Child> {
+    let terminal = std::io::stdin().is_terminal();
+    if terminal {
+        tracing::info!(
+            "stdin is a terminal: the child gets /dev/null as its stdin (in its own process group, \
+             reading the terminal would stop it while it holds the lease); pipe or redirect input \
+             to give it some"
+        );
+    }
+    spawn_in_group(command, token, store_url, terminal)
+}
+
+/// Starts `command` in its own process group with the `WORKLEASE_*`
+/// environment of `token` and `store_url`, registered for job control; on
+/// Linux it is killed if this process dies. With `null_stdin` its stdin is
+/// `/dev/null`, else this process's.
+///
+/// # Errors
+/// The spawn's: `NotFound` when the program does not exist,
+/// `InvalidInput` for an empty `command`.
+pub fn spawn_in_group(
+    command: &[OsString],
+    token: &Token,
+    store_url: &str,
+    null_stdin: bool,
+) -> std::io::Result<Child> {
+    let (program, rest) = command
+        .split_first()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"))?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
+        .env("WORKLEASE_WORK_ID", token.work_id().as_str())
+        .env("WORKLEASE_HOLDER_ID", token.holder_id().as_str())
+        .env("WORKLEASE_FENCING_TOKEN", token.fencing_token().to_string())
+        .env("WORKLEASE_TOKEN", token.to_string())
+        .env("WORKLEASE_STORE", store_url)
+        .process_group(0);
+    if null_stdin {
+        cmd.stdin(Stdio::null());
+    }
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe system calls (sigprocmask, prctl, getppid,
+    // kill).
+    unsafe {
+        cmd.pre_exec(move || {
+            job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK)?;
+            die_with_parent(parent)
+        });
+    }
+    tracing::debug!(command = ?command, "starting the child");
+    // A job-control signal between the fork and the moment the child's
+    // process group is recorded would stop this process but not the child:
+    // hold such signals back meanwhile (only this thread takes them).
+    job_control_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)?;
+    let spawned = cmd.spawn().map(|process| {
+        let entry = process
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(GroupEntry::register);
+        Child {
+            process,
+            _entry: entry,
+        }
+    });
+    // Cannot fail with a valid set; a child must never be dropped here.
+    let _ = job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK);
+    spawned
+}
+
+/// In the forked child: ask for SIGKILL when the parent dies, and die at
+/// once if it already has (the request covers only a living parent).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn die_with_parent(parent: Pid) -> std::io::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+    if nix::unistd::getppid() != parent {
+        nix::sys::signal::raise(Signal::SIGKILL)?;
+    }
+    Ok(())
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn die_with_parent(_parent: Pid) -> std::io::Result<()> {
+    Ok(())
+}
