@@ -1,0 +1,167 @@
+//! Renewal and checkpoint: one transaction after the etcd lease's
+//! keep-alive.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use etcd_client::{Compare, CompareOp, PutOptions, ResponseHeader, Txn, TxnOp};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result, StoreError};
+use crate::store::record::Phase;
+use crate::store::LeaseRef;
+
+use super::leases::{ttl_secs, Granted};
+use super::rpc::Budget;
+use super::snapshot::{snapshot_ops, to_json, State};
+use super::{millis, now_ms, EtcdStore, KIND, RACE_RETRIES};
+
+impl EtcdStore {
+    /// Extends `lease` to `ttl` from now (and stores `checkpoint`, if
+    /// any), in one transaction after the etcd lease's renewal. The
+    /// transaction compares the token, the holder, the etcd lease and the
+    /// revision of `state` this store last saw: sent twice (a member that
+    /// hung, then the next one), it applies at most once per revision of
+    /// `state`, and a copy applied late cannot undo a newer checkpoint.
+    pub(super) async fn extend(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        checkpoint: Option<Bytes>,
+    ) -> Result<SystemTime> {
+        let keys = self.keys(lease.work_id);
+        let want = ttl_secs(ttl);
+        let budget = Budget::lease(&self.config, ttl);
+        let mut known = self.remembered(lease.work_id, lease.fencing_token);
+        for _ in 0..RACE_RETRIES {
+            let current = match known {
+                Some(g) => g,
+                None => {
+                    // Another process's acquisition, one this store forgot,
+                    // or one whose `state` moved: learn its etcd lease and
+                    // the revision of its state first.
+                    let snap = self.snapshot(&keys, false, budget).await?;
+                    let live = snap.check(lease)?;
+                    Granted {
+                        id: live.lease(),
+                        ttl_s: snap.granted(),
+                        asked_s: 0,
+                        renewed: Instant::now(),
+                        state_rev: snap.state.as_ref().map_or(0, |(_, r)| *r),
+                    }
+                }
+            };
+            // The etcd lease must last the TTL from now: renew it when it
+            // was granted at least as long, else move to a new one.
+            let sent = Instant::now();
+            let attached = if current.ttl_s >= want {
+                if !self.keep_alive(current.id, budget).await? {
+                    // etcd answers so only once it deleted the lease's
+                    // keys; ours may have moved to another lease meanwhile
+                    // (another handle of the holder).
+                    self.forget(lease.work_id, lease.fencing_token);
+                    let snap = self.snapshot(&keys, false, budget).await?;
+                    if snap.check(lease)?.lease() == current.id {
+                        return Err(Error::Expired {
+                            work_id: lease.work_id.to_string(),
+                            fencing_token: lease.fencing_token,
+                        });
+                    }
+                    known = None;
+                    continue;
+                }
+                Granted {
+                    renewed: sent,
+                    ..current
+                }
+            } else {
+                self.grant(ttl, budget).await?
+            };
+            let moved = attached.id != current.id;
+            let state = State {
+                token: lease.fencing_token,
+                phase: Phase::Held.as_str().to_string(),
+                at_ms: now_ms().saturating_add(millis(ttl)),
+                granted_s: attached.ttl_s,
+            };
+            let mut ops = vec![TxnOp::put(keys.state.as_str(), to_json(&state), None)];
+            if moved {
+                ops.push(TxnOp::put(
+                    keys.live.as_str(),
+                    lease.holder_id.as_str(),
+                    Some(PutOptions::new().with_lease(attached.id)),
+                ));
+            }
+            if let Some(data) = &checkpoint {
+                ops.push(TxnOp::put(keys.checkpoint.as_str(), data.to_vec(), None));
+            }
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(
+                        keys.live.as_str(),
+                        CompareOp::Equal,
+                        i64::try_from(lease.fencing_token).unwrap_or(-1),
+                    ),
+                    Compare::value(
+                        keys.live.as_str(),
+                        CompareOp::Equal,
+                        lease.holder_id.as_str(),
+                    ),
+                    Compare::lease(keys.live.as_str(), CompareOp::Equal, current.id),
+                    Compare::mod_revision(keys.state.as_str(), CompareOp::Equal, current.state_rev),
+                ])
+                .and_then(ops)
+                .or_else(snapshot_ops(&keys, false));
+            let what = if checkpoint.is_some() {
+                "checkpoint"
+            } else {
+                "renew"
+            };
+            let resp = match self.txn(txn, what, budget).await {
+                Ok(r) => r,
+                Err(e) => {
+                    if moved {
+                        self.discard(attached.id);
+                    }
+                    return Err(e);
+                }
+            };
+            if resp.succeeded() {
+                if moved {
+                    self.discard(current.id);
+                }
+                let state_rev = resp.header().map_or(0, ResponseHeader::revision);
+                self.remember(
+                    lease.work_id,
+                    lease.fencing_token,
+                    Granted {
+                        state_rev,
+                        ..attached
+                    },
+                );
+                return Ok(SystemTime::now() + ttl);
+            }
+            if moved {
+                self.discard(attached.id);
+            }
+            let snap = Self::failure_snapshot(&resp)?;
+            if let Err(e) = snap.check(lease) {
+                self.forget(lease.work_id, lease.fencing_token);
+                return Err(e);
+            }
+            // Still ours, but on another etcd lease or with a newer state
+            // (another handle of the holder, or this renewal's own earlier
+            // copy, applied by a member that did not answer in time): learn
+            // them, again.
+            known = None;
+        }
+        Err(StoreError::new(
+            KIND,
+            format!(
+                "the etcd lease of {} kept changing under {RACE_RETRIES} renewals",
+                lease.work_id
+            ),
+        )
+        .into())
+    }
+}
