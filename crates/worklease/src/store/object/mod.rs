@@ -1,0 +1,169 @@
+//! The object-storage store (feature `object-store`): one object per work
+//! ID in S3 or any store of the [`object_store`] crate that has conditional
+//! writes, used as a compare-and-swap register ([`ObjectRegister`]) through
+//! the generic register adapter ([`RegisterStore`]).
+//!
+//! With conditional writes an object is exactly the `hoplock` backend:
+//! `If-None-Match: *` creates it only where there is none
+//! ([`PutMode::Create`]), `If-Match: <ETag>` replaces it only while it is
+//! the version read ([`PutMode::Update`]). Amazon S3 has both since 2024;
+//! so do Cloudflare R2, MinIO, Google Cloud Storage (features `gcp`) and
+//! Azure Blob Storage (feature `azure`).
+//!
+//! * **Key layout.** The lease of a work ID is the object
+//!   `<prefix>/<escaped work ID>` (default prefix [`DEFAULT_PREFIX`]). The
+//!   escaping percent-encodes every byte except ASCII letters, digits, `-`,
+//!   `_` and `.` (and the dots of a work ID that is `.` or `..`), so a work
+//!   ID is always one path segment: `jobs/a` is `<prefix>/jobs%2Fa`, never
+//!   a key in a sub-folder, and no work ID names anything outside the
+//!   prefix. A key may be at most [`MAX_KEY_BYTES`] long (S3's, GCS's and
+//!   Azure's limit): a longer one fails with a store error naming the limit,
+//!   and nothing is written. Objects under the prefix that are not ours
+//!   (other names, sub-folders) are left alone.
+//! * **Value and its encoding.** The object holds the adapter's lease
+//!   record: holder, fencing generation (token), TTL, phase (held,
+//!   released, revoked), checkpoint and previous holder, in the versioned
+//!   binary `WLR1` encoding documented in [`crate::store::register`]; the
+//!   version is in its magic, so a future `WLR2` is told apart, and an
+//!   object that does not decode fails every operation on its work ID with
+//!   a store error naming the work ID (nothing is overwritten). Objects are
+//!   written with content type `application/octet-stream`.
+//! * **Handle.** The version a conditional write names is the object's
+//!   ETag together with its version (S3 version ID, GCS generation) where
+//!   the store reports one; every write changes the bytes (the record
+//!   carries a write counter), so every write changes the ETag.
+//! * **Expiry by observation, not by clocks.** An object store has no
+//!   clock to judge expiry by, and the wall clocks of two hosts are never
+//!   compared: a contender counts a held lease expired only after it has
+//!   seen the same version (handle) unchanged for a full TTL on its own
+//!   monotonic clock, and a holder counts its lease lost at the send of its
+//!   last successful write plus the TTL (the crate docs' "Clocks"; the
+//!   proof is in [`crate::store::register`]). So an abandoned lease is
+//!   taken over no sooner than one TTL after the contender first saw its
+//!   version, and no later than a TTL plus a poll interval.
+//! * **Release writes a tombstone.** Release (and an operator's revoke)
+//!   writes the record with phase `released` (`revoked`) instead of
+//!   deleting the object, so the fencing generation is kept and never goes
+//!   backwards. Purging old tombstones is an explicit operator command:
+//!   [`purge_released`].
+//!
+//! # Error mapping
+//!
+//! | the store answers | [`object_store::Error`] | meaning |
+//! |---|---|---|
+//! | 412 Precondition Failed to `If-Match` / `If-None-Match` | `Precondition`, `AlreadyExists` | the compare-and-swap was lost ([`RegisterError::Conflict`]): the adapter reads again and decides |
+//! | 409 Conflict (a concurrent conditional request) | `AlreadyExists` (after `object_store`'s own retries) | the same: read again and decide |
+//! | 404 Not Found to a conditional replace | `Precondition` (S3, memory) | the object is gone, so is the lease: the adapter's re-read finds no record and answers `Fenced` |
+//! | 404 to a read | `NotFound` | no lease yet |
+//! | 404 `NoSuchBucket` to anything | `NotFound` or `Generic` | a store error naming the missing bucket (never "no lease yet", never a lost compare-and-swap) |
+//! | a timeout, a reset, a 5xx after the request was sent | anything else | outcome unknown: reconciled below |
+//!
+//! A lost compare-and-swap is not always a loss: `object_store` retries a
+//! request whose reply was lost, and the retry of a conditional write that
+//! had been applied meets its own new version and gets 412. So after every
+//! failed write the register reads the object back and decides by what is
+//! there: the very bytes it wrote (which name this holder and the new
+//! generation, and no other write produces) mean the write was applied,
+//! and it succeeds with the handle read; another version means it lost
+//! ([`RegisterError::Conflict`]); the version it wrote over, still in
+//! place after a timeout, means the write may yet land, and it fails with
+//! a store error (the adapter's next read decides again). A holder whose
+//! acquisition reply was dropped therefore holds the lease, and never two
+//! holders do.
+//!
+//! # URL
+//!
+//! `s3://BUCKET[/PREFIX][?endpoint=URL&region=REGION]` ([`S3Config`]):
+//! the prefix is the URL's path (percent-decoded; default
+//! [`DEFAULT_PREFIX`]); `endpoint` selects an S3-compatible server (an
+//! `http://` endpoint allows plain HTTP); `region` is optional (else
+//! `AWS_REGION`, else `us-east-1`). Credentials, and settings the URL
+//! leaves out, come from the usual `AWS_*` environment variables
+//! (`AWS_REGION`, `AWS_ENDPOINT`, ...; see [`AmazonS3Builder::from_env`]),
+//! never from the URL.
+//!
+//! # Credentials
+//!
+//! `object_store` takes the first of: `AWS_ACCESS_KEY_ID` and
+//! `AWS_SECRET_ACCESS_KEY` (with `AWS_SESSION_TOKEN` for temporary ones);
+//! `AWS_WEB_IDENTITY_TOKEN_FILE` with `AWS_ROLE_ARN` (EKS IRSA);
+//! `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` (ECS tasks);
+//! `AWS_CONTAINER_CREDENTIALS_FULL_URI` with
+//! `AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE` (EKS Pod Identity); else the
+//! EC2 instance metadata service (`169.254.169.254`, or
+//! `AWS_METADATA_ENDPOINT`). `AWS_SKIP_SIGNATURE=true` sends unsigned
+//! requests. `AWS_PROFILE` and the files in `~/.aws` are not read.
+//!
+//! Instance metadata only gives credentials for AWS itself, so with an
+//! endpoint that is not AWS's (not under `amazonaws.com`) and none of the
+//! sources above, [`S3Config::register`] (and so opening an `s3://` URL)
+//! fails at once, naming the variables to set, instead of failing at the
+//! first request with an instance-metadata error. Without an endpoint (or
+//! with AWS's own) instance metadata stays the last resort, as in the AWS
+//! SDKs, for hosts on EC2; off EC2 its failure is reported the same way,
+//! as missing credentials. Each request may
+//! take [`DEFAULT_REQUEST_TIMEOUT`]; `object_store` retries a failed one at
+//! most [`RETRIES`] times within [`RETRY_TIMEOUT`]. Google Cloud Storage
+//! and Azure are used through [`ObjectRegister::new`] with a store built by
+//! `object_store` (features `gcp`, `azure`).
+//!
+//! # Not supported, by the nature of an object store
+//!
+//! No notifications (waiters poll), fencing tokens per work ID only (not
+//! across work IDs), and a takeover of an abandoned lease that waits a full
+//! observed TTL, as for every [`RegisterStore`]. The store must be strongly
+//! consistent (read-after-write and list-after-write, as S3 is since 2020).
+//!
+//! ```no_run
+//! # async fn demo() -> worklease::Result<()> {
+//! use std::time::Duration;
+//! use worklease::store::object::{purge_released, S3Config};
+//!
+//! let store = S3Config::from_url("s3://my-bucket/leases?region=eu-west-1")?.open()?;
+//! // Operator: delete the tombstones of leases released over 30 days ago.
+//! let purged = purge_released(&store, Duration::from_secs(30 * 24 * 3600)).await?;
+//! println!("purged {} tombstones", purged.len());
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::Duration;
+
+#[cfg(doc)]
+use object_store::aws::AmazonS3Builder;
+#[cfg(doc)]
+use object_store::PutMode;
+
+#[cfg(doc)]
+use crate::store::register::RegisterError;
+use crate::store::register::RegisterStore;
+
+mod config;
+mod credentials;
+mod diagnose;
+mod keys;
+mod purge;
+mod register;
+
+pub use config::S3Config;
+pub use purge::purge_released;
+pub use register::ObjectRegister;
+
+/// The prefix of the lease objects when none is given.
+pub const DEFAULT_PREFIX: &str = "worklease";
+/// The longest prefix accepted, in bytes (leaving room for work IDs in a
+/// key of [`MAX_KEY_BYTES`]).
+pub const MAX_PREFIX_BYTES: usize = 256;
+/// The longest object key, in bytes: the limit of S3, GCS and Azure.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// How long one request to the store may take (connecting included).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often `object_store` retries a request that failed in transit or
+/// with a 5xx, at most.
+pub const RETRIES: usize = 2;
+/// How long after its first attempt `object_store` may still retry a request.
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The leases of an object store: the generic register adapter over an
+/// [`ObjectRegister`].
+pub type ObjectLeaseStore = RegisterStore<ObjectRegister>;

@@ -1,0 +1,214 @@
+//! The lease operations of [`RegisterStore`]: each one read, a decision by
+//! the shared lease rules, and at most one conditional write (module docs).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use super::observe::{judge, Current};
+use super::{Register, RegisterError, RegisterStore, MAX_ATTEMPTS};
+use crate::error::{Error, Result, StoreError};
+use crate::limits::{HolderId, WorkId};
+use crate::store::record::{self, Phase, Record};
+use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
+
+impl<R: Register> RegisterStore<R> {
+    /// Renew, checkpoint, release: check that `lease` is current and live,
+    /// apply `change`, write it back; re-decide after a lost race.
+    async fn update(
+        &self,
+        lease: LeaseRef<'_>,
+        change: impl Fn(&mut Record),
+    ) -> Result<SystemTime> {
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(current) = self.load(lease.work_id).await? else {
+                return Err(record::fenced(lease));
+            };
+            let unexpired = self.unexpired_for(lease, &current)?;
+            record::check_current(Some(&current.stored.record), lease, unexpired)?;
+            let mut next = current.stored.record.clone();
+            change(&mut next);
+            if let Some(wall) = self.put(lease.work_id, Some(&current), next).await? {
+                return Ok(wall);
+            }
+        }
+        Err(self.contention(lease.work_id))
+    }
+
+    fn contention(&self, work_id: &WorkId) -> Error {
+        self.error(
+            work_id,
+            &format!("contention: lost the compare-and-swap {MAX_ATTEMPTS} times in a row"),
+        )
+    }
+}
+
+fn info(work_id: &WorkId, c: &Current) -> LeaseInfo {
+    let r = &c.stored.record;
+    let (unexpired, left) = judge(r, c.observed);
+    let live = r.is_live(unexpired);
+    let now = SystemTime::now();
+    let expires_at = match r.phase {
+        // This host's estimate from its own observation.
+        Phase::Held if live => now.checked_add(left),
+        Phase::Held => now.checked_sub(c.observed.saturating_sub(Duration::from_millis(r.ttl_ms))),
+        // The moment of the release or revocation, by its writer's clock.
+        Phase::Released | Phase::Revoked => {
+            UNIX_EPOCH.checked_add(Duration::from_millis(c.stored.written_at_ms))
+        }
+    };
+    LeaseInfo {
+        work_id: work_id.clone(),
+        holder_id: r.holder_id.clone(),
+        fencing_token: r.fencing_token,
+        expires_at: expires_at.unwrap_or(now),
+        expires_in: None,
+        expired: !live,
+        released: r.phase == Phase::Released,
+        ended: (!live).then(|| r.end()),
+        checkpoint_bytes: r.checkpoint.as_ref().map_or(0, Bytes::len),
+        handoff: r.handoff(),
+    }
+}
+
+#[async_trait]
+impl<R: Register> LeaseStore for RegisterStore<R> {
+    fn kind(&self) -> &'static str {
+        self.register.kind()
+    }
+
+    /// Always [`ExpiryClock::Observation`]: a register has no clock.
+    fn expiry_clock(&self) -> ExpiryClock {
+        ExpiryClock::Observation
+    }
+
+    async fn acquire(
+        &self,
+        work_id: &WorkId,
+        holder_id: &HolderId,
+        ttl: Duration,
+    ) -> Result<Grant> {
+        for _ in 0..MAX_ATTEMPTS {
+            let current = self.load(work_id).await?;
+            let (unexpired, left, next) = match &current {
+                None => (false, None, 1),
+                Some(c) => {
+                    let (unexpired, left) = judge(&c.stored.record, c.observed);
+                    let next = c.stored.record.fencing_token.checked_add(1);
+                    let next =
+                        next.ok_or_else(|| self.error(work_id, "fencing tokens exhausted"))?;
+                    (unexpired, Some(left), next)
+                }
+            };
+            let prior = current.as_ref().map(|c| &c.stored.record);
+            let rec = record::acquire(
+                prior,
+                unexpired,
+                work_id,
+                holder_id,
+                crate::limits::ceil_millis(ttl),
+                next,
+                left,
+            )?;
+            let handoff = rec.handoff();
+            if let Some(wall) = self.put(work_id, current.as_ref(), rec).await? {
+                return Ok(Grant {
+                    fencing_token: next,
+                    expires_at: wall.checked_add(ttl).unwrap_or(wall),
+                    handoff,
+                });
+            }
+            // Lost the race: the next read shows the winner's new handle,
+            // which counts as live (observed for zero time) → `Held`.
+        }
+        Err(self.contention(work_id))
+    }
+
+    async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        let wall = self
+            .update(lease, |r| r.ttl_ms = crate::limits::ceil_millis(ttl))
+            .await?;
+        Ok(wall.checked_add(ttl).unwrap_or(wall))
+    }
+
+    async fn checkpoint(
+        &self,
+        lease: LeaseRef<'_>,
+        ttl: Duration,
+        data: Bytes,
+    ) -> Result<SystemTime> {
+        let wall = self
+            .update(lease, |r| {
+                r.ttl_ms = crate::limits::ceil_millis(ttl);
+                r.checkpoint = Some(data.clone());
+            })
+            .await?;
+        Ok(wall.checked_add(ttl).unwrap_or(wall))
+    }
+
+    async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
+        let current = self.load(lease.work_id).await?;
+        let prior = current.as_ref().map(|c| &c.stored.record);
+        let unexpired = match &current {
+            Some(c) => self.unexpired_for(lease, c)?,
+            None => false,
+        };
+        record::check_current(prior, lease, unexpired)?;
+        prior.map(record::read).ok_or_else(|| record::fenced(lease))
+    }
+
+    async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
+        // A tombstone, never a delete: it keeps the fencing generation.
+        self.update(lease, |r| r.phase = Phase::Released)
+            .await
+            .map(drop)
+    }
+
+    async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
+        let mut ids = if work_ids.is_empty() {
+            match self.register.list().await {
+                Ok(ids) => ids,
+                Err(RegisterError::Store(e)) => return Err(e.into()),
+                Err(RegisterError::Invalid(e)) => return Err(e.into()),
+                Err(RegisterError::Conflict) => {
+                    return Err(StoreError::new(
+                        self.kind(),
+                        "register reported a conflict on a list",
+                    )
+                    .into())
+                }
+            }
+        } else {
+            work_ids.to_vec()
+        };
+        ids.sort();
+        ids.dedup();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in &ids {
+            // A key deleted since the listing is simply left out.
+            if let Some(c) = self.load(id).await? {
+                out.push(info(id, &c));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(current) = self.load(work_id).await? else {
+                return Ok(None);
+            };
+            let before = info(work_id, &current);
+            if before.expired {
+                return Ok(Some(before));
+            }
+            let mut next = current.stored.record.clone();
+            next.phase = Phase::Revoked;
+            if self.put(work_id, Some(&current), next).await?.is_some() {
+                return Ok(Some(before));
+            }
+        }
+        Err(self.contention(work_id))
+    }
+}
