@@ -210,16 +210,16 @@ fn elect_serves_is_leader_1_while_leading() {
             CHILD,
         ],
     );
+    // The gauge reads 0 while the process campaigns, then 1 once it leads:
+    // wait for the 1 (the campaign takes a store round trip or two).
+    let mut last = String::new();
     let body = poll_until(Duration::from_secs(10), || {
         let body = scrape(port)?;
-        sample(&body, "worklease_is_leader", r#"election="scheduler""#).map(|_| body)
+        let leading = sample(&body, "worklease_is_leader", r#"election="scheduler""#) == Some(1.0);
+        last.clone_from(&body);
+        leading.then_some(body)
     })
-    .expect("no is_leader in the metrics");
-    assert_eq!(
-        sample(&body, "worklease_is_leader", r#"election="scheduler""#),
-        Some(1.0),
-        "{body}"
-    );
+    .unwrap_or_else(|| panic!("is_leader never read 1 while leading; last scrape:\n{last}"));
     assert_eq!(
         sample(
             &body,
