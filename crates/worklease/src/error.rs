@@ -73,6 +73,21 @@ pub enum InvalidInput {
         /// The limit, in bytes.
         max: usize,
     },
+    /// A batch call naming more leases than the limit
+    /// ([`crate::limits::MAX_BATCH`]); nothing was written.
+    #[error("the batch names {len} leases: the limit is {max}")]
+    BatchTooLarge {
+        /// The number of leases given.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A batch call naming one work ID twice; nothing was written.
+    #[error("the batch names the work ID {work_id:?} twice: each work ID may appear once")]
+    DuplicateWorkId {
+        /// The work ID named twice.
+        work_id: String,
+    },
     /// A setting that breaks a rule between settings (for example a renewal
     /// interval that is not shorter than the TTL). The message names the rule.
     #[error("{0}")]

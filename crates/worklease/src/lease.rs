@@ -19,7 +19,8 @@ use crate::observe::{
     ReadCheckpointEvent, ReleaseEvent, RenewEvent,
 };
 use crate::renewal::{Renewal, RenewalOptions};
-use crate::store::{Checkpoint, LeaseRef, LeaseStore};
+use crate::session::SessionHandle;
+use crate::store::{Checkpoint, Grant, LeaseRef, LeaseStore};
 use crate::token::Token;
 
 /// The default poll interval of a waiting acquisition (as in the Go
@@ -136,6 +137,8 @@ pub(crate) struct Inner {
     pub(crate) ttl: Duration,
     pub(crate) margin: Duration,
     pub(crate) observer: Arc<dyn LeaseObserver>,
+    /// The one renewal scheduler of this handle and its clones.
+    pub(crate) session: SessionHandle,
 }
 
 /// A holder's handle on a store: acquires, renews, checkpoints and releases
@@ -193,6 +196,7 @@ impl Leases {
                 ttl,
                 margin,
                 observer: config.observer,
+                session: SessionHandle::default(),
             }),
         })
     }
@@ -244,10 +248,13 @@ impl Leases {
             duration_ms = Empty,
         );
         let started = Instant::now();
-        let result = self
-            .acquire_inner(work_id, options)
-            .instrument(span.clone())
-            .await;
+        let result = async {
+            let work_id = WorkId::new(work_id)?;
+            self.acquire_first(std::slice::from_ref(&work_id), options)
+                .await
+        }
+        .instrument(span.clone())
+        .await;
         finish_span(
             &span,
             started,
@@ -258,8 +265,17 @@ impl Leases {
         result
     }
 
-    async fn acquire_inner(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
-        let work_id = WorkId::new(work_id)?;
+    /// Acquires the first of `work_ids` that is free (tried in order), as
+    /// [`Leases::acquire`] does for one: waiting, when the options ask,
+    /// until one of them is free, woken by a notification of any of them,
+    /// by the earliest expiry among their holders, or by the poll
+    /// interval. Errors name the first work ID unless one was granted.
+    pub(crate) async fn acquire_first(
+        &self,
+        work_ids: &[WorkId],
+        options: AcquireOptions,
+    ) -> Result<Token> {
+        let first = &work_ids[0];
         if options.poll_interval < Duration::from_millis(1) {
             return Err(InvalidInput::Config(format!(
                 "poll interval {:?} must be at least 1ms",
@@ -275,33 +291,32 @@ impl Leases {
         loop {
             if options.wait && options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
                 let e = Error::Cancelled {
-                    work_id: work_id.to_string(),
+                    work_id: first.to_string(),
                 };
-                return Err(self.acquire_failed(&work_id, attempts, Duration::ZERO, e));
+                return Err(self.acquire_failed(first, attempts, Duration::ZERO, e));
             }
             // Subscribe before trying, so a release between our attempt and
             // our sleep still wakes us.
-            let watch = if options.wait {
-                self.inner.store.watch(&work_id)
+            let watches: Vec<_> = if options.wait {
+                work_ids
+                    .iter()
+                    .filter_map(|id| self.inner.store.watch(id))
+                    .collect()
             } else {
-                None
+                Vec::new()
             };
             attempts += 1;
             let sent = Instant::now();
-            let result = self
-                .inner
-                .store
-                .acquire(&work_id, &self.inner.holder_id, self.inner.ttl)
-                .await;
+            let result = self.try_first(work_ids).await;
             let duration = sent.elapsed();
             m::store_call(self.inner.store.kind(), "acquire", duration);
             let expires_in = match result {
                 // A grant whose deadline passed before its reply arrived (a
                 // store that was busy or slow) is of no use: hand it back,
                 // best effort, and wait on, or report the lease expired.
-                Ok(grant) if self.deadline_from(sent) <= Instant::now() => {
+                Ok(Ok((i, grant))) if self.deadline_from(sent) <= Instant::now() => {
                     let lease = LeaseRef {
-                        work_id: &work_id,
+                        work_id: &work_ids[i],
                         holder_id: &self.inner.holder_id,
                         fencing_token: grant.fencing_token,
                     };
@@ -310,14 +325,15 @@ impl Leases {
                     }
                     if !options.wait {
                         let e = Error::Expired {
-                            work_id: work_id.to_string(),
+                            work_id: work_ids[i].to_string(),
                             fencing_token: grant.fencing_token,
                         };
-                        return Err(self.acquire_failed(&work_id, attempts, duration, e));
+                        return Err(self.acquire_failed(&work_ids[i], attempts, duration, e));
                     }
                     Some(Duration::ZERO)
                 }
-                Ok(grant) => {
+                Ok(Ok((i, grant))) => {
+                    let work_id = &work_ids[i];
                     let token = Token {
                         work_id: work_id.clone(),
                         holder_id: self.inner.holder_id.clone(),
@@ -326,8 +342,9 @@ impl Leases {
                         ttl: self.inner.ttl,
                         deadline: Some(self.deadline_from(sent)),
                     };
+                    tracing::Span::current().record("work_id", work_id.as_str());
                     self.inner.observer.on_acquire(&AcquireEvent {
-                        work_id: &work_id,
+                        work_id,
                         token: Some(&token),
                         error: None,
                         attempts,
@@ -336,8 +353,11 @@ impl Leases {
                     tracing::debug!(work_id = %work_id, fencing_token = token.fencing_token, "lease acquired");
                     return Ok(token);
                 }
-                Err(Error::Held { expires_in, .. }) if options.wait => expires_in,
-                Err(e) => return Err(self.acquire_failed(&work_id, attempts, duration, e)),
+                Ok(Err(held)) if options.wait => held.expires_in,
+                Ok(Err(held)) => {
+                    return Err(self.acquire_failed(first, attempts, duration, held.error))
+                }
+                Err(e) => return Err(self.acquire_failed(first, attempts, duration, e)),
             };
             // Sleep until the next poll, or just past the holder's expiry if
             // that comes first; a jitter of up to 10% spreads many waiters.
@@ -346,21 +366,69 @@ impl Leases {
                 nap = nap.min(left + Duration::from_millis(1));
             }
             nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
-            let give_up = |e: Error| Err(self.acquire_failed(&work_id, attempts, duration, e));
+            let give_up = |e: Error| Err(self.acquire_failed(first, attempts, duration, e));
+            let woken = async {
+                if watches.is_empty() {
+                    std::future::pending::<()>().await
+                } else {
+                    futures_util::future::select_all(watches).await;
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(nap) => {}
-                _ = async { match watch { Some(w) => w.await, None => std::future::pending().await } } => {}
+                _ = woken => {}
                 _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
-                    return give_up(Error::Cancelled { work_id: work_id.to_string() });
+                    return give_up(Error::Cancelled { work_id: first.to_string() });
                 }
                 _ = async { match wait_until { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
                     return give_up(Error::WaitTimedOut {
-                        work_id: work_id.to_string(),
+                        work_id: first.to_string(),
                         waited: options.wait_timeout.unwrap_or_default(),
                     });
                 }
             }
         }
+    }
+
+    /// One attempt at the first free one of `work_ids`: one store call for
+    /// one work ID, one batch call per [`LeaseStore::max_batch`] of them
+    /// (asking for one grant) until one is granted. `Ok(Ok)` with the
+    /// grant and its index; `Ok(Err)` when every one is held.
+    async fn try_first(
+        &self,
+        work_ids: &[WorkId],
+    ) -> Result<std::result::Result<(usize, Grant), AllHeld>> {
+        let (store, holder, ttl) = (&self.inner.store, &self.inner.holder_id, self.inner.ttl);
+        if let [only] = work_ids {
+            return match store.acquire(only, holder, ttl).await {
+                Ok(g) => Ok(Ok((0, g))),
+                Err(e @ Error::Held { .. }) => Ok(Err(AllHeld::from(e))),
+                Err(e) => Err(e),
+            };
+        }
+        let mut held: Option<AllHeld> = None;
+        let max = store.max_batch().max(1);
+        for (c, chunk) in work_ids.chunks(max).enumerate() {
+            for (i, outcome) in store
+                .acquire_many(chunk, holder, ttl, 1)
+                .await?
+                .into_iter()
+                .enumerate()
+            {
+                match outcome {
+                    Ok(g) => return Ok(Ok((c * max + i, g))),
+                    Err(e @ Error::Held { .. }) => {
+                        let this = AllHeld::from(e);
+                        held = Some(match held {
+                            Some(h) => h.earliest(this),
+                            None => this,
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(Err(held.expect("a non-empty list whose IDs are all held")))
     }
 
     /// Tells the observer that the acquisition of `work_id` failed with
@@ -387,7 +455,7 @@ impl Leases {
         sent + (self.inner.ttl - self.inner.margin)
     }
 
-    fn check_token(&self, token: &Token) -> Result<()> {
+    pub(crate) fn check_token(&self, token: &Token) -> Result<()> {
         if token.holder_id != self.inner.holder_id {
             return Err(InvalidInput::ForeignToken {
                 token_holder: token.holder_id.to_string(),
@@ -398,7 +466,7 @@ impl Leases {
         Ok(())
     }
 
-    fn fenced(&self, token: &Token, operation: Operation, error: &Error) {
+    pub(crate) fn report_fenced(&self, token: &Token, operation: Operation, error: &Error) {
         if matches!(error, Error::Fenced { .. }) {
             metrics::counter!(m::FENCED_TOTAL, "operation" => operation_label(operation))
                 .increment(1);
@@ -423,17 +491,22 @@ impl Leases {
         finish_span(&span, started, &result, None);
         m::count(m::RENEWALS_TOTAL, store, &result);
         if result.is_ok() {
-            // How close this renewal came to losing the lease: the lifetime
-            // left on the previous deadline when the renewal came back.
-            if let Some(left) = token.remaining() {
-                let work_id = token.work_id.to_string();
-                metrics::gauge!(m::LEASE_REMAINING_SECONDS, "work_id" => work_id.clone())
-                    .set(left.as_secs_f64());
-                metrics::gauge!(m::LEASE_TTL_SECONDS, "work_id" => work_id)
-                    .set(self.inner.ttl.as_secs_f64());
-            }
+            self.note_renewed(token);
         }
         result
+    }
+
+    /// Records how close the renewal of `token` (the token before it) came
+    /// to losing the lease: the lifetime left on its deadline when the
+    /// renewal came back.
+    pub(crate) fn note_renewed(&self, token: &Token) {
+        if let Some(left) = token.remaining() {
+            let work_id = token.work_id.to_string();
+            metrics::gauge!(m::LEASE_REMAINING_SECONDS, "work_id" => work_id.clone())
+                .set(left.as_secs_f64());
+            metrics::gauge!(m::LEASE_TTL_SECONDS, "work_id" => work_id)
+                .set(self.inner.ttl.as_secs_f64());
+        }
     }
 
     /// The span of an operation on `token`, with the fields every
@@ -484,7 +557,7 @@ impl Leases {
         let error = result.as_ref().err();
         notify(error, duration);
         if let Some(e) = error {
-            self.fenced(token, operation, e);
+            self.report_fenced(token, operation, e);
         }
     }
 
@@ -507,7 +580,12 @@ impl Leases {
         Ok(self.extended(token, sent, result?))
     }
 
-    fn extended(&self, token: &Token, sent: Instant, expires_at: std::time::SystemTime) -> Token {
+    pub(crate) fn extended(
+        &self,
+        token: &Token,
+        sent: Instant,
+        expires_at: std::time::SystemTime,
+    ) -> Token {
         Token {
             expires_at,
             ttl: self.inner.ttl,
@@ -668,6 +746,36 @@ impl Leases {
     pub fn start_renewal(&self, token: Token, options: RenewalOptions) -> Result<Renewal> {
         self.check_token(&token)?;
         Renewal::start(self.clone(), token, options)
+    }
+}
+
+/// Every work ID of an acquisition was held: the `Held` error of the one
+/// that expires first, and when that is (`None` when no holder's expiry is
+/// known).
+struct AllHeld {
+    error: Error,
+    expires_in: Option<Duration>,
+}
+
+impl From<Error> for AllHeld {
+    fn from(error: Error) -> Self {
+        let expires_in = match &error {
+            Error::Held { expires_in, .. } => *expires_in,
+            _ => None,
+        };
+        Self { error, expires_in }
+    }
+}
+
+impl AllHeld {
+    /// Of two, the one whose holder's lease ends first (a known expiry
+    /// before an unknown one).
+    fn earliest(self, other: AllHeld) -> AllHeld {
+        match (self.expires_in, other.expires_in) {
+            (Some(a), Some(b)) if b < a => other,
+            (None, Some(_)) => other,
+            _ => self,
+        }
     }
 }
 

@@ -58,6 +58,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batch;
 #[cfg(feature = "testkit")]
 pub mod conformance;
 pub mod election;
@@ -71,6 +72,7 @@ pub mod observe;
 pub mod pool;
 mod renewal;
 pub mod runner;
+mod session;
 #[cfg(feature = "testkit")]
 pub mod sim;
 pub mod store;

@@ -24,6 +24,13 @@ pub const MAX_CHECKPOINT_BYTES: usize = 1024 * 1024;
 /// far from overflow.
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The most leases one batch call of [`crate::Leases`] names
+/// ([`crate::Leases::acquire_many`], [`crate::Leases::renew_many`],
+/// [`crate::Leases::release_many`]): as many work IDs as a pool covers. The
+/// lease layer splits a batch into store calls of at most the store's
+/// [`crate::LeaseStore::max_batch`] leases each.
+pub const MAX_BATCH: usize = 100_000;
+
 fn check_id(
     s: &str,
     what: &'static str,
@@ -159,6 +166,33 @@ pub fn check_checkpoint(len: usize) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Checks a batch's work IDs: at most [`MAX_BATCH`] of them, none twice.
+///
+/// # Errors
+/// [`InvalidInput::BatchTooLarge`] over the limit,
+/// [`InvalidInput::DuplicateWorkId`] for a work ID named twice (the first
+/// one found).
+pub fn check_batch<'a>(
+    work_ids: impl ExactSizeIterator<Item = &'a WorkId>,
+) -> Result<(), InvalidInput> {
+    let len = work_ids.len();
+    if len > MAX_BATCH {
+        return Err(InvalidInput::BatchTooLarge {
+            len,
+            max: MAX_BATCH,
+        });
+    }
+    let mut seen = std::collections::HashSet::with_capacity(len);
+    for id in work_ids {
+        if !seen.insert(id) {
+            return Err(InvalidInput::DuplicateWorkId {
+                work_id: id.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +217,21 @@ mod tests {
         assert_eq!(ceil_millis(Duration::from_millis(1500)), 1500);
         assert_eq!(ceil_millis(Duration::MAX), u64::MAX);
         assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1).is_err());
+    }
+
+    #[test]
+    fn batches_name_their_limits() {
+        let ids: Vec<WorkId> = (0..3)
+            .map(|i| WorkId::new(format!("w{i}")).unwrap())
+            .collect();
+        assert!(check_batch(ids.iter()).is_ok());
+        let twice = [ids[0].clone(), ids[1].clone(), ids[0].clone()];
+        let e = check_batch(twice.iter()).unwrap_err().to_string();
+        assert!(e.contains("\"w0\"") && e.contains("twice"), "{e}");
+        let many: Vec<WorkId> = (0..=MAX_BATCH)
+            .map(|i| WorkId::new(format!("w{i}")).unwrap())
+            .collect();
+        let e = check_batch(many.iter()).unwrap_err().to_string();
+        assert!(e.contains("100001") && e.contains("100000"), "{e}");
     }
 }

@@ -1,7 +1,7 @@
 //! Background renewal (Go: `StartRenewal`, `WithRenewalInterval`,
 //! `WithRenewalBackoff`).
 //!
-//! A task renews the lease every interval (default TTL/3, which leaves room
+//! The lease is renewed every interval (default TTL/3, which leaves room
 //! for two retries inside the TTL). A failed renewal is retried with
 //! exponential backoff and jitter while the lease can still be saved, that
 //! is until the holder's deadline: the send time of the last successful
@@ -11,25 +11,29 @@
 //! cause: `Fenced` or `Expired` at once (never retried), `WindowExhausted`
 //! when the deadline passed without a successful renewal.
 //!
-//! Between renewals the task also listens to the store's notifications for
-//! its work ID ([`LeaseStore::watch`](crate::LeaseStore::watch): release
-//! and revocation): on one it renews at once (at most once per 100 ms
-//! after the last renewal), so a lease taken away by an operator
+//! Between renewals the session also listens to the store's notifications
+//! for the work ID ([`LeaseStore::watch`](crate::LeaseStore::watch):
+//! release and revocation): on one it renews at once (at most once per
+//! 100 ms after the last renewal), so a lease taken away by an operator
 //! (`revoke`, `worklease release --force`) fires the lost signal within
 //! the store's notification latency instead of at the next interval. On
 //! stores without notifications (register stores such as S3) the holder
-//! learns of it at its next renewal, as before.
+//! learns of it at its next renewal.
+//!
+//! Every lease of one [`Leases`] handle is renewed by the handle's one
+//! session: renewals that fall due together go to the store in batches
+//! ([`LeaseStore::renew_many`](crate::LeaseStore::renew_many)), one round
+//! trip per batch, while each lease keeps its own interval, backoff,
+//! deadline and lost signal (`session.rs` says how).
 
 use std::time::Duration;
 
-use rand::Rng;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
 use crate::lease::Leases;
+use crate::session::{Command, Start};
 use crate::token::Token;
 
 /// Options of background renewal.
@@ -116,20 +120,40 @@ impl RenewalOptions {
     }
 }
 
-#[derive(Clone)]
-struct Shared {
-    token: Token,
-    lost: Option<Error>,
+impl RenewalOptions {
+    pub(crate) fn backoff_initial(&self) -> Duration {
+        self.backoff_initial
+    }
+
+    pub(crate) fn backoff_max(&self) -> Duration {
+        self.backoff_max
+    }
+
+    pub(crate) fn jitter(&self) -> f64 {
+        self.jitter
+    }
 }
 
-/// A running background renewal (Go: the `renewCtx` and `stop` pair).
+/// What a renewal's session tells its handle.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) token: Token,
+    pub(crate) lost: Option<Error>,
+    /// The session removed the lease on the handle's request.
+    pub(crate) stopped: bool,
+}
+
+/// A running background renewal (Go: the `renewCtx` and `stop` pair): one
+/// lease of its handle's session (see the module docs).
 ///
 /// Dropping it stops the renewal (without releasing the lease).
 pub struct Renewal {
+    id: u64,
     state: watch::Receiver<Shared>,
     lost: CancellationToken,
-    stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Keeps the handle, and so the session, alive as long as the renewal.
+    _leases: Leases,
 }
 
 impl Renewal {
@@ -138,27 +162,31 @@ impl Renewal {
         let (tx, rx) = watch::channel(Shared {
             token: token.clone(),
             lost: None,
+            stopped: false,
         });
         let lost = CancellationToken::new();
-        let stop = CancellationToken::new();
         // Watch before returning: a revocation right after `start` returns
-        // must be seen, even before the task first runs.
+        // must be seen, even before the session first runs.
         let watched = leases.store().watch(&token.work_id);
-        let task = tokio::spawn(run(
-            leases,
-            token,
-            options,
-            interval,
-            watched,
-            tx,
-            lost.clone(),
-            stop.clone(),
-        ));
+        let mut id = 0;
+        let commands = leases.inner.session.start(&leases.inner, |n| {
+            id = n;
+            Start {
+                id: n,
+                token,
+                options,
+                interval,
+                tx,
+                lost: lost.clone(),
+                watched,
+            }
+        });
         Ok(Self {
+            id,
             state: rx,
             lost,
-            stop,
-            task: Some(task),
+            commands,
+            _leases: leases,
         })
     }
 
@@ -182,7 +210,7 @@ impl Renewal {
     /// The latest token if the lease is still this holder's by its own
     /// clock: neither lost nor past its deadline. Call it right before an
     /// external side effect: after a pause (GC, SIGSTOP) the work may run
-    /// before the renewal task had a chance to fire the lost signal.
+    /// before the session had a chance to fire the lost signal.
     ///
     /// # Errors
     /// The loss's cause, or `WindowExhausted` when the deadline has passed.
@@ -211,10 +239,23 @@ impl Renewal {
         })
     }
 
-    /// Stops renewing without waiting for the task (it ends at its next
-    /// step); the handle still reports the latest token.
+    /// Stops renewing without waiting for the session (it lets go of the
+    /// lease at its next step); the handle still reports the latest token.
     pub(crate) fn halt(&self) {
-        self.stop.cancel();
+        let _ = self.commands.send(Command::Stop(self.id));
+    }
+
+    /// The loss to report when the session ended without a word about this
+    /// lease (its runtime shut down, or it panicked): never hand back a
+    /// token that nobody renews.
+    fn session_gone(&self) -> Error {
+        let t = self.token();
+        self.lost.cancel();
+        Error::WindowExhausted {
+            work_id: t.work_id.to_string(),
+            fencing_token: t.fencing_token,
+            last_error: Some("the renewal session ended unexpectedly".into()),
+        }
     }
 
     /// Waits for the next change: `Ok` with the renewed token after each
@@ -224,15 +265,8 @@ impl Renewal {
         if let Some(e) = self.lost_cause() {
             return Err(e);
         }
-        // The sender lives in the task: it is gone only when the task ended
-        // without reporting a loss (it panicked). Count the lease lost then.
         if self.state.changed().await.is_err() {
-            let t = self.token();
-            return Err(self.lost_cause().unwrap_or(Error::WindowExhausted {
-                work_id: t.work_id.to_string(),
-                fencing_token: t.fencing_token,
-                last_error: Some("the renewal task ended unexpectedly".into()),
-            }));
+            return Err(self.lost_cause().unwrap_or_else(|| self.session_gone()));
         }
         let state = self.state.borrow_and_update().clone();
         match state.lost {
@@ -246,153 +280,33 @@ impl Renewal {
     /// # Errors
     /// The cause of the loss when the lease was lost before the stop.
     pub async fn stop(mut self) -> Result<Token> {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            // A join error means the task panicked before it could report a
-            // loss: count the lease lost, never hand back a token that
-            // nobody renewed.
-            if let Err(e) = task.await {
-                let t = self.token();
-                self.lost.cancel();
-                return Err(Error::WindowExhausted {
-                    work_id: t.work_id.to_string(),
-                    fencing_token: t.fencing_token,
-                    last_error: Some(format!("the renewal task failed: {e}")),
-                });
+        let _ = self.commands.send(Command::Stop(self.id));
+        // The session answers by marking the lease stopped (or lost, when
+        // that came first); a closed channel means it is gone.
+        loop {
+            {
+                let state = self.state.borrow_and_update();
+                if let Some(e) = &state.lost {
+                    return Err(e.clone());
+                }
+                if state.stopped {
+                    return Ok(state.token.clone());
+                }
             }
-        }
-        let state = self.state.borrow().clone();
-        match state.lost {
-            Some(e) => Err(e),
-            None => Ok(state.token),
+            if self.state.changed().await.is_err() {
+                let state = self.state.borrow().clone();
+                return match (state.lost, state.stopped) {
+                    (Some(e), _) => Err(e),
+                    (None, true) => Ok(state.token),
+                    (None, false) => Err(self.session_gone()),
+                };
+            }
         }
     }
 }
 
 impl Drop for Renewal {
     fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-/// The shortest time between a renewal and an early one woken by a store
-/// notification: a store that notifies often (spurious wake-ups are
-/// allowed) costs at most one renewal per this gap.
-const EARLY_CHECK_GAP: Duration = Duration::from_millis(100);
-
-/// Completes when `watched` does; never when there is none.
-async fn notified(watched: &mut Option<futures_util::future::BoxFuture<'static, ()>>) {
-    match watched.as_mut() {
-        Some(f) => f.await,
-        None => std::future::pending().await,
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    leases: Leases,
-    mut token: Token,
-    options: RenewalOptions,
-    interval: Duration,
-    mut watched: Option<futures_util::future::BoxFuture<'static, ()>>,
-    tx: watch::Sender<Shared>,
-    lost: CancellationToken,
-    stop: CancellationToken,
-) {
-    let _held = HeldGauge::new(leases.store().kind());
-    // The send time of the last successful acquire or renew; a parsed token
-    // (no deadline) is renewed at once and has no window for retries.
-    let mut last_sent = token
-        .deadline
-        .map(|d| d - (leases.ttl() - leases.safety_margin()));
-    loop {
-        if let Some(sent) = last_sent {
-            let early = tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep_until(sent + interval) => false,
-                _ = notified(&mut watched) => true,
-            };
-            if early {
-                tracing::debug!(work_id = %token.work_id, "store notification for a held lease: renewing now");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep_until((sent + EARLY_CHECK_GAP).min(sent + interval)) => {}
-                }
-            }
-        }
-        // Watch again before renewing: a change after this renewal is seen.
-        watched = leases.store().watch(&token.work_id);
-        let mut attempt = 0;
-        let mut backoff = options.backoff_initial;
-        let outcome = loop {
-            attempt += 1;
-            let now = Instant::now();
-            let deadline = token
-                .deadline
-                .unwrap_or(now + (leases.ttl() - leases.safety_margin()));
-            let sent = Instant::now();
-            let result = tokio::select! {
-                _ = stop.cancelled() => return,
-                r = tokio::time::timeout_at(deadline, leases.renew_attempt(&token, attempt)) => r,
-            };
-            let error = match result {
-                Ok(Ok(renewed)) => {
-                    last_sent = Some(sent);
-                    break Ok(renewed);
-                }
-                Ok(Err(e)) if !e.is_transient() => break Err(e),
-                Ok(Err(e)) => e.to_string(),
-                Err(_elapsed) => "no renewal succeeded before the lease deadline (the store did not answer in time, or this process was paused)".to_string(),
-            };
-            let left = deadline.saturating_duration_since(Instant::now());
-            if token.deadline.is_none() || left < Duration::from_millis(1) {
-                break Err(Error::WindowExhausted {
-                    work_id: token.work_id.to_string(),
-                    fencing_token: token.fencing_token,
-                    last_error: Some(error),
-                });
-            }
-            // Bound the wait by the window first, so that the jitter's
-            // arithmetic stays in range whatever the configured backoff.
-            let jitter = 1.0 + rand::thread_rng().gen_range(-options.jitter..=options.jitter);
-            let nap = backoff.min(left / 2).mul_f64(jitter).min(left / 2);
-            tracing::warn!(work_id = %token.work_id, attempt, error = %error, retry_in = ?nap, "lease renewal failed");
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(nap) => {}
-            }
-            backoff = backoff.saturating_mul(2).min(options.backoff_max);
-        };
-        match outcome {
-            Ok(renewed) => {
-                token = renewed;
-                tx.send_modify(|s| s.token = token.clone());
-            }
-            Err(e) => {
-                tracing::warn!(work_id = %token.work_id, fencing_token = token.fencing_token, error = %e, "lease lost");
-                metrics::counter!(crate::metrics::LEASES_LOST_TOTAL, "cause" => crate::metrics::error_kind(&e))
-                    .increment(1);
-                tx.send_modify(|s| s.lost = Some(e));
-                lost.cancel();
-                return;
-            }
-        }
-    }
-}
-
-/// Counts a running renewal task in `worklease_leases_held`, on every way
-/// out of the task (stop, loss, drop of the runtime).
-struct HeldGauge(&'static str);
-
-impl HeldGauge {
-    fn new(store: &'static str) -> Self {
-        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => store).increment(1.0);
-        Self(store)
-    }
-}
-
-impl Drop for HeldGauge {
-    fn drop(&mut self) {
-        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => self.0).decrement(1.0);
+        let _ = self.commands.send(Command::Stop(self.id));
     }
 }

@@ -196,9 +196,10 @@ fn lease_operations_are_counted_timed_and_gauged() {
         Some(0.0)
     );
 
+    // Background renewals go to the store in batches (`renew_many`).
     for op in [
         "acquire",
-        "renew",
+        "renew_many",
         "checkpoint",
         "read_checkpoint",
         "release",

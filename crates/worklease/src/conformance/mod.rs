@@ -20,11 +20,15 @@ use crate::error::Error;
 use crate::store::LeaseStore;
 use crate::{AcquireOptions, Config, Leases, WorkId};
 
+mod batch;
 mod election;
 mod leases;
+mod stress;
 
+pub use batch::*;
 pub use election::*;
 pub use leases::*;
+pub use stress::concurrent_stress;
 
 /// How many acquisitions [`Suite::calibrate`] times.
 pub const CALIBRATION_CYCLES: usize = 5;
@@ -216,6 +220,12 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_fenced);
             $crate::conformance_tests!(@one $paused, $make, renewal_sees_a_revocation_at_once);
             $crate::conformance_tests!(@one $paused, $make, deadline_holds_at_sub_millisecond_phase);
+            $crate::conformance_tests!(@one $paused, $make, batch_bad_input);
+            $crate::conformance_tests!(@one $paused, $make, batch_acquisition);
+            $crate::conformance_tests!(@one $paused, $make, batch_mixed_outcomes);
+            $crate::conformance_tests!(@one $paused, $make, batch_reply_lost);
+            $crate::conformance_tests!(@one $paused, $make, session_many_leases_one_revoked);
+            $crate::conformance_tests!(@one $paused, $make, batch_acquisition_races_single);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);

@@ -70,7 +70,8 @@ type TtlDistortion = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
 /// with a [`StoreError`] after the configured delay, without reaching the
 /// inner store. Every call first waits [`FaultStore::set_delay`] before it
 /// reaches the store, and [`FaultStore::set_reply_delay`] after the store
-/// applied it (a slow or lost reply). [`FaultStore::hide_expiry`] hides
+/// applied it (a slow reply); [`FaultStore::set_lose_replies`] loses the
+/// reply of a call the store applied. [`FaultStore::hide_expiry`] hides
 /// from a waiter how long a held lease has left (so that only a
 /// notification or its poll interval wakes it), and
 /// [`FaultStore::distort_ttl`] makes a deliberately broken store, one
@@ -86,6 +87,7 @@ pub struct FaultStore<S: ?Sized = dyn LeaseStore> {
     unreachable: AtomicBool,
     delay_ms: AtomicU64,
     reply_delay_ms: AtomicU64,
+    lose_replies: AtomicBool,
     calls: AtomicU64,
     acquires: Counter,
     held: Counter,
@@ -110,6 +112,7 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
             unreachable: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
             reply_delay_ms: AtomicU64::new(0),
+            lose_replies: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             acquires: Counter::new(),
             held: Counter::new(),
@@ -161,6 +164,13 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// While on, every call reaches the store and is applied, and then its
+    /// reply is lost: the caller gets a [`StoreError`] (a cut connection
+    /// after the request went through).
+    pub fn set_lose_replies(&self, on: bool) {
+        self.lose_replies.store(on, Ordering::SeqCst);
+    }
+
     /// While on, a `Held` answer does not say how long the lease has left
     /// (`expires_in: None`), so a waiter sleeps its poll interval unless a
     /// notification wakes it.
@@ -197,10 +207,17 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
         }
     }
 
-    async fn reply<T>(&self, r: T) -> T {
+    async fn reply<T>(&self, r: Result<T>) -> Result<T> {
         let delay = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if self.lose_replies.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                self.inner.kind(),
+                "injected fault: the reply was lost after the store applied the call",
+            )
+            .into());
         }
         r
     }
@@ -278,5 +295,44 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
     }
     fn expiry_clock(&self) -> ExpiryClock {
         self.inner.expiry_clock()
+    }
+    fn max_batch(&self) -> usize {
+        self.inner.max_batch()
+    }
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        self.gate().await?;
+        self.reply(self.inner.renew_many(leases, self.ttl(ttl)).await)
+            .await
+    }
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        self.gate().await?;
+        let mut r = self
+            .inner
+            .acquire_many(work_ids, holder_id, self.ttl(ttl), max)
+            .await;
+        self.acquires.bump();
+        for outcome in r.iter_mut().flatten() {
+            if let Err(Error::Held { expires_in, .. }) = outcome {
+                self.held.bump();
+                if self.hide_expiry.load(Ordering::SeqCst) {
+                    *expires_in = None;
+                }
+            }
+        }
+        self.reply(r).await
+    }
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        self.gate().await?;
+        self.reply(self.inner.release_many(leases).await).await
     }
 }

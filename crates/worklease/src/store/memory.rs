@@ -26,6 +26,10 @@ use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 const KIND: &str = "memory";
 
+/// The most leases one batch call names: a batch is one step under the
+/// store's lock, so it is bounded only to keep that step short.
+pub const MAX_BATCH: usize = 10_000;
+
 #[derive(Default)]
 struct State {
     leases: HashMap<WorkId, (Record, Instant)>,
@@ -52,20 +56,61 @@ impl MemoryStore {
             .lock()
             .map_err(|_| StoreError::new(KIND, "state lock poisoned by an earlier panic").into())
     }
+}
 
+impl State {
     /// Runs `f` on the current, live record of `lease`.
     fn with_current<T>(
-        &self,
+        &mut self,
         lease: LeaseRef<'_>,
         f: impl FnOnce(&mut Record, &mut Instant) -> T,
     ) -> Result<T> {
-        let mut st = self.lock()?;
         let now = Instant::now();
-        let Some((r, exp)) = st.leases.get_mut(lease.work_id) else {
+        let Some((r, exp)) = self.leases.get_mut(lease.work_id) else {
             return Err(record::fenced(lease));
         };
         record::check_current(Some(r), lease, *exp > now)?;
         Ok(f(r, exp))
+    }
+
+    fn acquire(&mut self, work_id: &WorkId, holder_id: &HolderId, ttl: Duration) -> Result<Grant> {
+        let now = Instant::now();
+        let current = self.leases.get(work_id);
+        let unexpired = current.is_some_and(|(_, exp)| *exp > now);
+        let expires_in = current.map(|(_, exp)| exp.saturating_duration_since(now));
+        let next = self.last_token + 1;
+        let rec = record::acquire(
+            current.map(|(r, _)| r),
+            unexpired,
+            work_id,
+            holder_id,
+            crate::limits::ceil_millis(ttl),
+            next,
+            expires_in,
+        )?;
+        self.last_token = next;
+        let grant = Grant {
+            fencing_token: next,
+            expires_at: SystemTime::now() + ttl,
+            handoff: rec.handoff(),
+        };
+        self.leases.insert(work_id.clone(), (rec, now + ttl));
+        Ok(grant)
+    }
+
+    fn renew(&mut self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
+        self.with_current(lease, |r, exp| {
+            r.ttl_ms = crate::limits::ceil_millis(ttl);
+            *exp = Instant::now() + ttl;
+            SystemTime::now() + ttl
+        })
+    }
+
+    fn release(&mut self, lease: LeaseRef<'_>) -> Result<()> {
+        self.with_current(lease, |r, exp| {
+            r.phase = Phase::Released;
+            *exp = Instant::now();
+        })
     }
 }
 
@@ -90,37 +135,11 @@ impl LeaseStore for MemoryStore {
         holder_id: &HolderId,
         ttl: Duration,
     ) -> Result<Grant> {
-        let mut st = self.lock()?;
-        let now = Instant::now();
-        let current = st.leases.get(work_id);
-        let unexpired = current.is_some_and(|(_, exp)| *exp > now);
-        let expires_in = current.map(|(_, exp)| exp.saturating_duration_since(now));
-        let next = st.last_token + 1;
-        let rec = record::acquire(
-            current.map(|(r, _)| r),
-            unexpired,
-            work_id,
-            holder_id,
-            crate::limits::ceil_millis(ttl),
-            next,
-            expires_in,
-        )?;
-        st.last_token = next;
-        let grant = Grant {
-            fencing_token: next,
-            expires_at: SystemTime::now() + ttl,
-            handoff: rec.handoff(),
-        };
-        st.leases.insert(work_id.clone(), (rec, now + ttl));
-        Ok(grant)
+        self.lock()?.acquire(work_id, holder_id, ttl)
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        self.with_current(lease, |r, exp| {
-            r.ttl_ms = crate::limits::ceil_millis(ttl);
-            *exp = Instant::now() + ttl;
-            SystemTime::now() + ttl
-        })
+        self.lock()?.renew(lease, ttl)
     }
 
     async fn checkpoint(
@@ -129,7 +148,7 @@ impl LeaseStore for MemoryStore {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        self.with_current(lease, |r, exp| {
+        self.lock()?.with_current(lease, |r, exp| {
             r.checkpoint = Some(data);
             r.ttl_ms = crate::limits::ceil_millis(ttl);
             *exp = Instant::now() + ttl;
@@ -138,16 +157,63 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        self.with_current(lease, |r, _| record::read(r))
+        self.lock()?.with_current(lease, |r, _| record::read(r))
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        self.with_current(lease, |r, exp| {
-            r.phase = Phase::Released;
-            *exp = Instant::now();
-        })?;
+        self.lock()?.release(lease)?;
         self.watchers.notify(lease.work_id);
         Ok(())
+    }
+
+    // The batch operations: each one step under the lock, as one
+    // transaction would be.
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        let mut st = self.lock()?;
+        Ok(leases.iter().map(|l| st.renew(*l, ttl)).collect())
+    }
+
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        let mut st = self.lock()?;
+        let mut out = Vec::new();
+        let mut granted = 0;
+        for id in work_ids {
+            if granted == max {
+                break;
+            }
+            let r = st.acquire(id, holder_id, ttl);
+            granted += usize::from(r.is_ok());
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        let out: Vec<Result<()>> = {
+            let mut st = self.lock()?;
+            leases.iter().map(|l| st.release(*l)).collect()
+        };
+        for (l, r) in leases.iter().zip(&out) {
+            if r.is_ok() {
+                self.watchers.notify(l.work_id);
+            }
+        }
+        Ok(out)
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {

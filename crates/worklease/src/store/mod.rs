@@ -28,6 +28,7 @@ use futures_util::future::BoxFuture;
 use crate::error::Result;
 use crate::limits::{HolderId, WorkId};
 
+pub mod batch;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "testkit")]
@@ -266,6 +267,71 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// A decorator over another store answers as the inner one does.
     fn expiry_clock(&self) -> ExpiryClock {
         ExpiryClock::Store
+    }
+
+    /// The most leases one batch call ([`LeaseStore::renew_many`],
+    /// [`LeaseStore::acquire_many`], [`LeaseStore::release_many`]) names;
+    /// the lease layer never sends more in one call. Default
+    /// [`batch::DEFAULT_MAX_BATCH`]; a store sets it from its own limits
+    /// (statement size, script keys, transaction operations) and documents
+    /// it. A decorator answers as the inner store does.
+    fn max_batch(&self) -> usize {
+        batch::DEFAULT_MAX_BATCH
+    }
+
+    /// Renews each of `leases` for `ttl`, as [`LeaseStore::renew`] would,
+    /// in one atomic step or one round trip where the store allows it.
+    /// `Ok` holds one outcome per lease, in order: the new wall-clock
+    /// expiry, or the error its single renewal would have returned
+    /// (`Fenced`, `Expired`, or a store error of that lease alone), so a
+    /// fenced or expired lease fails alone and the others renew. `Err` is
+    /// a failure of the whole call (the store is unreachable, the
+    /// transaction was aborted): the caller knows nothing of any lease,
+    /// and renewing again is safe. At most [`LeaseStore::max_batch`]
+    /// leases, no work ID twice (the lease layer checks); an empty batch
+    /// makes no store call.
+    ///
+    /// The default renews one lease at a time ([`batch::renew_each`]).
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        batch::renew_each(self, leases, ttl).await
+    }
+
+    /// Acquires up to `max` of `work_ids` for `holder_id`, trying them in
+    /// order ("give me free ones from this list"), each as
+    /// [`LeaseStore::acquire`] would, in one atomic step or one round trip
+    /// where the store allows it. `Ok` holds the outcomes of the work IDs
+    /// tried, in order, a prefix of `work_ids`: a [`Grant`], or the error
+    /// of that work ID's single acquisition (`Held` with its holder and
+    /// expiry); the store stops trying once `max` are granted. `Err` is a
+    /// failure of the whole call, after which grants may have landed that
+    /// nobody holds: they end with their TTL, as a lost reply to
+    /// [`LeaseStore::acquire`] does. Limits as for
+    /// [`LeaseStore::renew_many`]; `max` of 0 or an empty list makes no
+    /// store call.
+    ///
+    /// The default acquires one work ID at a time
+    /// ([`batch::acquire_each`]).
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        batch::acquire_each(self, work_ids, holder_id, ttl, max).await
+    }
+
+    /// Releases each of `leases`, as [`LeaseStore::release`] would, in one
+    /// atomic step or one round trip where the store allows it; the
+    /// outcomes as for [`LeaseStore::renew_many`].
+    ///
+    /// The default releases one lease at a time ([`batch::release_each`]).
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        batch::release_each(self, leases).await
     }
 }
 

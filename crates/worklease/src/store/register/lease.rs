@@ -11,7 +11,7 @@ use super::{Register, RegisterError, RegisterStore, MAX_ATTEMPTS};
 use crate::error::{Error, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::record::{self, Phase, Record};
-use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{batch, Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 impl<R: Register> RegisterStore<R> {
     /// Renew, checkpoint, release: check that `lease` is current and live,
@@ -81,6 +81,13 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
     /// Always [`ExpiryClock::Observation`]: a register has no clock.
     fn expiry_clock(&self) -> ExpiryClock {
         ExpiryClock::Observation
+    }
+
+    /// [`batch::EACH_CONCURRENCY`]: a register has no batch operation, so
+    /// a batch is that many single calls at once (a renewal is a read and a
+    /// conditional write each), one wave of requests.
+    fn max_batch(&self) -> usize {
+        batch::EACH_CONCURRENCY
     }
 
     async fn acquire(

@@ -34,6 +34,16 @@
 //! the same process sees the lease expire at `s + TTL` too, which is safe
 //! by the argument above.
 //!
+//! # Batches
+//!
+//! A register has no batch operation: [`LeaseStore::renew_many`] and the
+//! other batch calls run single calls, [`crate::store::batch::EACH_CONCURRENCY`]
+//! at once ([`RegisterStore`]'s batch size), and a session keeps up to four
+//! such batches in flight. A renewal costs a read and a conditional write,
+//! so one process renews at most about `R / 2 × TTL / 3` leases, where `R`
+//! is the requests per second the register serves it (object stores
+//! throttle per prefix: S3 documents 3,500 writes per second per prefix).
+//!
 //! # Value encoding
 //!
 //! The value is the lease record in a small binary format, version 1. All
