@@ -55,7 +55,14 @@
 //!   of `W / n` moves to other ranks, no running work is stopped just to
 //!   give the same split with other names.
 //! - A pool holding fewer than its quota tries work IDs that are free by
-//!   the listing, up to its quota.
+//!   the listing, up to its quota, in one batch acquisition
+//!   ([`Leases::acquire_many`]: one store call per
+//!   [`crate::LeaseStore::max_batch`] work IDs tried).
+//!
+//! Every lease of the pool (its membership and every slot) is renewed by
+//! its [`Leases`] handle's one session, in batches: a pool of thousands of
+//! work IDs costs a store call per batch per renewal interval, not one per
+//! work ID.
 //!
 //! In a steady state (no work ID free, no slot stopping) every pool holds
 //! `floor` or `ceil`; when work IDs finish, the rest are rebalanced only as
@@ -93,6 +100,7 @@ use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::runner::{RunContext, RunError, Runner, DEFAULT_FINISH_TIMEOUT};
+use crate::token::Token;
 
 /// The default of [`PoolOptions::backoff`]: 1 s.
 pub const DEFAULT_SLOT_BACKOFF: Duration = Duration::from_secs(1);
@@ -206,7 +214,9 @@ impl PoolOptions {
 
     /// Acquisition options of each slot. Waiting
     /// ([`AcquireOptions::wait_for_lease`]) is refused by [`Pool::new`]: a
-    /// pool tries free work IDs every round instead of blocking a slot.
+    /// pool tries free work IDs every round instead of blocking a slot, in
+    /// batches that fail fast, so the other options (poll interval,
+    /// timeout, cancellation) have nothing to act on.
     pub fn acquire_options(mut self, options: AcquireOptions) -> Self {
         self.acquire = options;
         self
@@ -277,8 +287,6 @@ impl std::fmt::Debug for Pool {
 
 /// The outcome of one slot's task.
 enum SlotOutcome {
-    /// Somebody else holds it (not an event).
-    Held,
     /// The work returned `Ok` (released by the runner).
     Done,
     Lost(Error),
@@ -566,10 +574,6 @@ impl Pool {
         );
         let observer = &self.options.observer;
         match outcome {
-            SlotOutcome::Held => {
-                slots.remove(work_id);
-                None
-            }
             SlotOutcome::Done => {
                 if stopping {
                     observer.on_slot_released(work_id);
@@ -740,24 +744,33 @@ impl Pool {
             }
             return;
         }
-        let mut room = quota.saturating_sub(h);
+        let room = quota.saturating_sub(h);
+        if room == 0 {
+            return;
+        }
         // Each member scans from its own offset, so members that look at
-        // once do not all race for the same free work IDs.
+        // once do not all race for the same free work IDs; one batch call
+        // takes up to `room` of the free ones, in that order.
         let start = rank * w / n;
-        for i in 0..w {
-            if room == 0 {
-                break;
+        let candidates: Vec<&str> = (0..w)
+            .filter_map(|i| open.get((start + i) % w).copied())
+            .filter(|id| free(slots, id))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let tokens = match self.leases.acquire_many(&candidates, room).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "pool round: could not acquire free work IDs");
+                return;
             }
-            let Some(id) = open.get((start + i) % w).copied() else {
-                break;
-            };
-            if !free(slots, id) {
-                continue;
-            }
-            room -= 1;
+        };
+        for token in tokens {
             let stop = CancellationToken::new();
+            let work_id = token.work_id().to_string();
             slots.insert(
-                id.to_string(),
+                work_id.clone(),
                 Slot::Running {
                     stop: stop.clone(),
                     stopping: false,
@@ -766,22 +779,21 @@ impl Pool {
             let runner = runner.clone().cancel_on(stop);
             let work = work.clone();
             let pool = self.clone();
-            let work_id = id.to_string();
             tasks.spawn(async move {
-                let outcome = pool.run_slot(&runner, &work_id, work).await;
+                let outcome = pool.run_slot(&runner, token, work).await;
                 (work_id, outcome)
             });
         }
     }
 
-    async fn run_slot<F, Fut>(&self, runner: &Runner, work_id: &str, work: Arc<F>) -> SlotOutcome
+    async fn run_slot<F, Fut>(&self, runner: &Runner, token: Token, work: Arc<F>) -> SlotOutcome
     where
         F: Fn(RunContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Option<Bytes>, SlotError>> + Send + 'static,
     {
         let pool = self.clone();
-        let id = work_id.to_string();
-        let run = runner.run(work_id, move |ctx| {
+        let id = token.work_id().to_string();
+        let run = runner.run_acquired(token, move |ctx| {
             pool.set_active(&id, true);
             pool.options
                 .observer
@@ -797,7 +809,6 @@ impl Pool {
             };
         match result {
             Ok(()) => SlotOutcome::Done,
-            Err(RunError::Lease(Error::Held { .. })) => SlotOutcome::Held,
             Err(RunError::Lease(e)) if e.is_lease_lost() => SlotOutcome::Lost(e),
             Err(RunError::Lease(e)) if e.is_transient() => SlotOutcome::Transient(e.to_string()),
             Err(RunError::Lease(e)) => SlotOutcome::Dead(e.to_string()),

@@ -229,15 +229,40 @@ impl Runner {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<Option<Bytes>, E>>,
     {
+        self.check()?;
+        let token = self.leases.acquire(work_id, self.acquire.clone()).await?;
+        self.run_acquired(token, f).await
+    }
+
+    /// Checks the options before anything is written.
+    fn check(&self) -> Result<()> {
         self.renewal.check(&self.leases)?;
         if self.finish_timeout < Duration::from_millis(1) {
-            return Err(Error::from(InvalidInput::Config(format!(
+            return Err(InvalidInput::Config(format!(
                 "finish timeout {:?} must be at least 1ms",
                 self.finish_timeout
-            )))
+            ))
             .into());
         }
-        let token = self.leases.acquire(work_id, self.acquire.clone()).await?;
+        Ok(())
+    }
+
+    /// Runs `f` under a lease already acquired (by [`Leases::acquire_many`],
+    /// say, as a [`crate::pool::Pool`] takes its share): the steps of
+    /// [`Runner::run`] after the acquisition.
+    ///
+    /// # Errors
+    /// As [`Runner::run`], without the acquisition's; [`Error::Invalid`]
+    /// for a token of another holder.
+    ///
+    /// # Panics
+    /// As [`Runner::run`].
+    pub async fn run_acquired<F, Fut, E>(&self, token: Token, f: F) -> Result<(), RunError<E>>
+    where
+        F: FnOnce(RunContext) -> Fut,
+        Fut: Future<Output = Result<Option<Bytes>, E>>,
+    {
+        self.check()?;
         let renewal = Arc::new(
             self.leases
                 .start_renewal(token.clone(), self.renewal.clone())?,
