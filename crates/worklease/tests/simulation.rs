@@ -113,6 +113,7 @@ fn exercised(backend: &Backend, t: &sim::Stats) {
     let paths = [
         ("sessions", a.sessions),
         ("background renewals", a.renewal_sessions),
+        ("batch sessions", a.batch_sessions),
         ("releases", a.releases),
         ("crashes", a.abandoned),
         ("losses noticed", a.lost),

@@ -202,6 +202,10 @@ pub struct SimConfig {
     /// Probability that a session renews in the background
     /// ([`crate::Leases::start_renewal`]) instead of by hand.
     pub renewal_sessions: f64,
+    /// Probability that a holder acquires several work IDs at once
+    /// ([`crate::Leases::acquire_many`]) and renews them together in the
+    /// background, in batches of its handle's session.
+    pub batch_sessions: f64,
     /// Probability that a session ends with a release (otherwise the holder
     /// crashes: it abandons the lease, which must expire).
     pub release: f64,
@@ -223,6 +227,7 @@ impl std::fmt::Debug for SimConfig {
             .field("safety_margin", &self.safety_margin)
             .field("duration", &self.duration)
             .field("renewal_sessions", &self.renewal_sessions)
+            .field("batch_sessions", &self.batch_sessions)
             .field("release", &self.release)
             .field("faults", &self.faults)
             .field("wrapped", &self.wrap.is_some())
@@ -242,6 +247,7 @@ impl Default for SimConfig {
             safety_margin: ttl / 10,
             duration: ttl * 30,
             renewal_sessions: 0.35,
+            batch_sessions: 0.25,
             release: 0.75,
             aggressive_contender: 0.5,
             faults: FaultConfig::for_ttl(ttl),

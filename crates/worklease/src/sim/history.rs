@@ -302,6 +302,11 @@ pub struct AppCounts {
     pub sessions: u64,
     /// Of which renewed in the background.
     pub renewal_sessions: u64,
+    /// Batch sessions: several work IDs acquired at once and renewed
+    /// together by the handle's session.
+    pub batch_sessions: u64,
+    /// Leases those batch sessions held.
+    pub batch_leases: u64,
     /// Sessions ended by a release the holder sent.
     pub releases: u64,
     /// Sessions abandoned (a crash: the lease must expire).

@@ -65,6 +65,10 @@ impl Holder {
 
     pub async fn run(mut self) {
         while Instant::now() < self.end {
+            if self.work_ids.len() > 1 && self.rng.gen::<f64>() < self.config.batch_sessions {
+                self.batch().await;
+                continue;
+            }
             let wid = self.work_ids[self.rng.gen_range(0..self.work_ids.len())].clone();
             match self.leases.acquire(&wid, AcquireOptions::new()).await {
                 Ok(t) => {
@@ -91,6 +95,122 @@ impl Holder {
                     self.short_pause().await;
                 }
             }
+        }
+    }
+
+    /// Acquires up to all of a random selection of work IDs in one batch,
+    /// and runs a batch session on those granted.
+    async fn batch(&mut self) {
+        let mut ids: Vec<String> = self
+            .work_ids
+            .iter()
+            .filter(|_| self.rng.gen_bool(0.7))
+            .cloned()
+            .collect();
+        if ids.is_empty() {
+            ids.push(self.work_ids[0].clone());
+        }
+        let max = self.rng.gen_range(1..=ids.len());
+        match self.leases.acquire_many(&ids, max).await {
+            Ok(tokens) if tokens.is_empty() => {
+                self.world.app(|a| a.held += 1);
+                self.short_pause().await;
+            }
+            Ok(tokens) => {
+                for t in &tokens {
+                    self.world.believe(self.idx, t);
+                }
+                self.world.app(|a| {
+                    a.sessions += tokens.len() as u64;
+                    a.batch_sessions += 1;
+                    a.batch_leases += tokens.len() as u64;
+                });
+                self.batch_session(tokens).await;
+            }
+            Err(Error::Store(_)) => self.short_pause().await,
+            Err(e) => {
+                self.unexpected("acquire_many", &e);
+                self.short_pause().await;
+            }
+        }
+    }
+
+    /// Renews several leases in the background, together (the handle's
+    /// session sends them in batches); between steps, notes what each
+    /// renewal reports and checkpoints one live lease; ends with a batch
+    /// release of the ones left, or a crash.
+    async fn batch_session(&mut self, tokens: Vec<Token>) {
+        let ttl = self.ttl();
+        let options =
+            RenewalOptions::new()
+                .interval(ttl / 3)
+                .backoff(whole_ms(ttl / 100), ttl / 4, 0.0);
+        let mut held: Vec<(crate::Renewal, Token)> = Vec::new();
+        for t in tokens {
+            match self.leases.start_renewal(t.clone(), options.clone()) {
+                Ok(r) => held.push((r, t)),
+                Err(e) => self.unexpected("start_renewal", &e),
+            }
+        }
+        let steps = self.rng.gen_range(1..=6);
+        for _ in 0..steps {
+            self.between_steps().await;
+            if Instant::now() >= self.end {
+                break;
+            }
+            let mut live = Vec::new();
+            for (renewal, t) in held {
+                match renewal.ensure_live() {
+                    Ok(now) => {
+                        self.world.believe(self.idx, &now);
+                        live.push((renewal, now));
+                    }
+                    Err(_) => self.lost(&t),
+                }
+            }
+            held = live;
+            if held.is_empty() {
+                return;
+            }
+            let i = self.rng.gen_range(0..held.len());
+            let t = held[i].1.clone();
+            let data = self.data(&t);
+            let result = self.leases.checkpoint(&t, data).await;
+            if let Step::Lost = self.outcome(&t, result, "checkpoint") {
+                held.swap_remove(i);
+            }
+        }
+        settle().await;
+        if self.rng.gen::<f64>() < self.config.release {
+            let mut last = Vec::new();
+            for (renewal, t) in held {
+                match renewal.stop().await {
+                    Ok(token) => last.push(token),
+                    Err(_) => self.lost(&t),
+                }
+            }
+            for t in &last {
+                // The holder stops believing when it sends the release.
+                self.world
+                    .disbelieve(self.idx, t.work_id().as_str(), t.fencing_token());
+            }
+            self.world.app(|a| a.releases += last.len() as u64);
+            match self.leases.release_many(last).await {
+                Ok(outcomes) => {
+                    for r in outcomes {
+                        match r {
+                            Ok(()) | Err(Error::Store(_)) => {}
+                            Err(e) if e.is_lease_lost() => {}
+                            Err(e) => self.unexpected("release_many", &e),
+                        }
+                    }
+                }
+                Err(Error::Store(_)) => {}
+                Err(e) => self.unexpected("release_many", &e),
+            }
+        } else {
+            self.world.app(|a| a.abandoned += held.len() as u64);
+            drop(held);
         }
     }
 

@@ -86,6 +86,8 @@ impl Stats {
         let (a, b) = (&mut self.app, &other.app);
         a.sessions += b.sessions;
         a.renewal_sessions += b.renewal_sessions;
+        a.batch_sessions += b.batch_sessions;
+        a.batch_leases += b.batch_leases;
         a.releases += b.releases;
         a.abandoned += b.abandoned;
         a.lost += b.lost;
@@ -144,8 +146,8 @@ impl fmt::Display for Stats {
         let a = &self.app;
         writeln!(
             f,
-            "  sessions {} ({} with background renewal): released {}, crashed {}, lost noticed {}; Held {}, late grants handed back {}, clean hand-offs read {}",
-            a.sessions, a.renewal_sessions, a.releases, a.abandoned, a.lost, a.held, a.late_grants, a.clean_reads
+            "  sessions {} ({} with background renewal; {} batch sessions of {} leases renewed together): released {}, crashed {}, lost noticed {}; Held {}, late grants handed back {}, clean hand-offs read {}",
+            a.sessions, a.renewal_sessions, a.batch_sessions, a.batch_leases, a.releases, a.abandoned, a.lost, a.held, a.late_grants, a.clean_reads
         )?;
         write!(
             f,

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::encoding::{decode_record, encode_record, Stored};
-use super::{Handle, Register, RegisterError, RegisterStore};
+use super::{Handle, Register, RegisterError, RegisterStore, MAX_ATTEMPTS};
 use crate::error::{Result, StoreError};
 use crate::limits::WorkId;
 use crate::store::record::{Phase, Record};
@@ -67,16 +67,18 @@ impl<R: Register> RegisterStore<R> {
 
     /// Notes the answer of call number `call`: `handle` is current (or the
     /// value is absent, `None`), as seen since `since`. Returns for how long
-    /// this adapter has seen the answer's version unchanged: zero for a
-    /// version new to it, or for the stale answer of a call older than what
-    /// the adapter already knows (which then changes nothing).
+    /// this adapter has seen the answer's version unchanged (zero for a
+    /// version new to it), or `None` for the stale answer of a call older
+    /// than what the adapter already knows of another version: it changes
+    /// nothing, and says nothing about the lease now (a holder must not
+    /// judge its own lease live from it).
     fn observe(
         &self,
         work_id: &WorkId,
         handle: Option<&Handle>,
         call: u64,
         since: Instant,
-    ) -> Result<Duration> {
+    ) -> Result<Option<Duration>> {
         let now = Instant::now();
         let mut seen = self.seen()?;
         match seen.get_mut(work_id) {
@@ -88,10 +90,10 @@ impl<R: Register> RegisterStore<R> {
             Some(o) if Some(&o.handle) == handle => {
                 o.since = o.since.min(since);
                 o.call = o.call.max(call);
-                Ok(now.saturating_duration_since(o.since))
+                Ok(Some(now.saturating_duration_since(o.since)))
             }
             // A stale answer about another version: newer knowledge stays.
-            Some(o) if o.call > call => Ok(Duration::ZERO),
+            Some(o) if o.call > call => Ok(None),
             _ => {
                 match handle {
                     Some(h) => {
@@ -109,7 +111,7 @@ impl<R: Register> RegisterStore<R> {
                         seen.remove(work_id);
                     }
                 }
-                Ok(now.saturating_duration_since(since))
+                Ok(Some(now.saturating_duration_since(since)))
             }
         }
     }
@@ -117,7 +119,24 @@ impl<R: Register> RegisterStore<R> {
     /// Reads and decodes the record of `work_id`, observing its handle. The
     /// observation starts after the read returned: never before the write
     /// that made the handle was sent.
+    ///
+    /// A read whose answer is older than what the adapter already knows (a
+    /// slow read that overlapped a newer write) is made again, up to
+    /// [`MAX_ATTEMPTS`] times: its stale version must not be judged.
     pub(super) async fn load(&self, work_id: &WorkId) -> Result<Option<Current>> {
+        for _ in 0..MAX_ATTEMPTS {
+            if let Some(current) = self.load_once(work_id).await? {
+                return Ok(current);
+            }
+        }
+        Err(self.error(
+            work_id,
+            "the register kept answering with a version older than one this adapter has seen",
+        ))
+    }
+
+    /// One read: `None` when its answer was stale.
+    async fn load_once(&self, work_id: &WorkId) -> Result<Option<Option<Current>>> {
         let call = self.next_call();
         let read = match self.register.read(work_id).await {
             Ok(read) => read,
@@ -128,8 +147,9 @@ impl<R: Register> RegisterStore<R> {
             }
         };
         let Some((bytes, handle)) = read else {
-            self.observe(work_id, None, call, Instant::now())?;
-            return Ok(None);
+            return Ok(self
+                .observe(work_id, None, call, Instant::now())?
+                .map(|_| None));
         };
         let stored = decode_record(&bytes).map_err(|why| {
             self.error(
@@ -137,12 +157,14 @@ impl<R: Register> RegisterStore<R> {
                 &format!("cannot decode the stored lease record: {why}"),
             )
         })?;
-        let observed = self.observe(work_id, Some(&handle), call, Instant::now())?;
-        Ok(Some(Current {
+        let Some(observed) = self.observe(work_id, Some(&handle), call, Instant::now())? else {
+            return Ok(None);
+        };
+        Ok(Some(Some(Current {
             stored,
             handle,
             observed,
-        }))
+        })))
     }
 
     /// Writes `record` over `current`'s handle. `Some(wall clock at the
