@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
@@ -15,12 +14,12 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::limits::{check_checkpoint, check_ttl, HolderId, WorkId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{
-    AcquireEvent, CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation,
-    ReadCheckpointEvent, ReleaseEvent, RenewEvent,
+    CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
+    ReleaseEvent, RenewEvent,
 };
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::session::SessionHandle;
-use crate::store::{Checkpoint, Grant, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, LeaseRef, LeaseStore};
 use crate::token::Token;
 
 /// The default poll interval of a waiting acquisition (as in the Go
@@ -68,10 +67,10 @@ impl Config {
 /// Options of one acquisition (Go: `WithWaitForLease`, `WithPollInterval`).
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
-    wait: bool,
-    poll_interval: Duration,
-    wait_timeout: Option<Duration>,
-    cancel: Option<CancellationToken>,
+    pub(crate) wait: bool,
+    pub(crate) poll_interval: Duration,
+    pub(crate) wait_timeout: Option<Duration>,
+    pub(crate) cancel: Option<CancellationToken>,
 }
 
 impl Default for AcquireOptions {
@@ -264,193 +263,6 @@ impl Leases {
         m::count(m::ACQUISITIONS_TOTAL, store, &result);
         result
     }
-
-    /// Acquires the first of `work_ids` that is free (tried in order), as
-    /// [`Leases::acquire`] does for one: waiting, when the options ask,
-    /// until one of them is free, woken by a notification of any of them,
-    /// by the earliest expiry among their holders, or by the poll
-    /// interval. Errors name the first work ID unless one was granted.
-    pub(crate) async fn acquire_first(
-        &self,
-        work_ids: &[WorkId],
-        options: AcquireOptions,
-    ) -> Result<Token> {
-        let first = &work_ids[0];
-        if options.poll_interval < Duration::from_millis(1) {
-            return Err(InvalidInput::Config(format!(
-                "poll interval {:?} must be at least 1ms",
-                options.poll_interval
-            ))
-            .into());
-        }
-        // A timeout too large for the clock (Duration::MAX) means no timeout.
-        let wait_until = options
-            .wait_timeout
-            .and_then(|t| Instant::now().checked_add(t));
-        let mut attempts = 0;
-        loop {
-            if options.wait && options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-                let e = Error::Cancelled {
-                    work_id: first.to_string(),
-                };
-                return Err(self.acquire_failed(first, attempts, Duration::ZERO, e));
-            }
-            // Subscribe before trying, so a release between our attempt and
-            // our sleep still wakes us.
-            let watches: Vec<_> = if options.wait {
-                work_ids
-                    .iter()
-                    .filter_map(|id| self.inner.store.watch(id))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            attempts += 1;
-            let sent = Instant::now();
-            let result = self.try_first(work_ids).await;
-            let duration = sent.elapsed();
-            m::store_call(self.inner.store.kind(), "acquire", duration);
-            let expires_in = match result {
-                // A grant whose deadline passed before its reply arrived (a
-                // store that was busy or slow) is of no use: hand it back,
-                // best effort, and wait on, or report the lease expired.
-                Ok(Ok((i, grant))) if self.deadline_from(sent) <= Instant::now() => {
-                    let lease = LeaseRef {
-                        work_id: &work_ids[i],
-                        holder_id: &self.inner.holder_id,
-                        fencing_token: grant.fencing_token,
-                    };
-                    if let Err(e) = self.inner.store.release(lease).await {
-                        tracing::debug!(error = %e, "could not hand back a grant that arrived too late");
-                    }
-                    if !options.wait {
-                        let e = Error::Expired {
-                            work_id: work_ids[i].to_string(),
-                            fencing_token: grant.fencing_token,
-                        };
-                        return Err(self.acquire_failed(&work_ids[i], attempts, duration, e));
-                    }
-                    Some(Duration::ZERO)
-                }
-                Ok(Ok((i, grant))) => {
-                    let work_id = &work_ids[i];
-                    let token = Token {
-                        work_id: work_id.clone(),
-                        holder_id: self.inner.holder_id.clone(),
-                        fencing_token: grant.fencing_token,
-                        expires_at: grant.expires_at,
-                        ttl: self.inner.ttl,
-                        deadline: Some(self.deadline_from(sent)),
-                    };
-                    tracing::Span::current().record("work_id", work_id.as_str());
-                    self.inner.observer.on_acquire(&AcquireEvent {
-                        work_id,
-                        token: Some(&token),
-                        error: None,
-                        attempts,
-                        duration,
-                    });
-                    tracing::debug!(work_id = %work_id, fencing_token = token.fencing_token, "lease acquired");
-                    return Ok(token);
-                }
-                Ok(Err(held)) if options.wait => held.expires_in,
-                Ok(Err(held)) => {
-                    return Err(self.acquire_failed(first, attempts, duration, held.error))
-                }
-                Err(e) => return Err(self.acquire_failed(first, attempts, duration, e)),
-            };
-            // Sleep until the next poll, or just past the holder's expiry if
-            // that comes first; a jitter of up to 10% spreads many waiters.
-            let mut nap = options.poll_interval;
-            if let Some(left) = expires_in {
-                nap = nap.min(left + Duration::from_millis(1));
-            }
-            nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
-            let give_up = |e: Error| Err(self.acquire_failed(first, attempts, duration, e));
-            let woken = async {
-                if watches.is_empty() {
-                    std::future::pending::<()>().await
-                } else {
-                    futures_util::future::select_all(watches).await;
-                }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(nap) => {}
-                _ = woken => {}
-                _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
-                    return give_up(Error::Cancelled { work_id: first.to_string() });
-                }
-                _ = async { match wait_until { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
-                    return give_up(Error::WaitTimedOut {
-                        work_id: first.to_string(),
-                        waited: options.wait_timeout.unwrap_or_default(),
-                    });
-                }
-            }
-        }
-    }
-
-    /// One attempt at the first free one of `work_ids`: one store call for
-    /// one work ID, one batch call per [`LeaseStore::max_batch`] of them
-    /// (asking for one grant) until one is granted. `Ok(Ok)` with the
-    /// grant and its index; `Ok(Err)` when every one is held.
-    async fn try_first(
-        &self,
-        work_ids: &[WorkId],
-    ) -> Result<std::result::Result<(usize, Grant), AllHeld>> {
-        let (store, holder, ttl) = (&self.inner.store, &self.inner.holder_id, self.inner.ttl);
-        if let [only] = work_ids {
-            return match store.acquire(only, holder, ttl).await {
-                Ok(g) => Ok(Ok((0, g))),
-                Err(e @ Error::Held { .. }) => Ok(Err(AllHeld::from(e))),
-                Err(e) => Err(e),
-            };
-        }
-        let mut held: Option<AllHeld> = None;
-        let max = store.max_batch().max(1);
-        for (c, chunk) in work_ids.chunks(max).enumerate() {
-            for (i, outcome) in store
-                .acquire_many(chunk, holder, ttl, 1)
-                .await?
-                .into_iter()
-                .enumerate()
-            {
-                match outcome {
-                    Ok(g) => return Ok(Ok((c * max + i, g))),
-                    Err(e @ Error::Held { .. }) => {
-                        let this = AllHeld::from(e);
-                        held = Some(match held {
-                            Some(h) => h.earliest(this),
-                            None => this,
-                        });
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-        }
-        Ok(Err(held.expect("a non-empty list whose IDs are all held")))
-    }
-
-    /// Tells the observer that the acquisition of `work_id` failed with
-    /// `error` after `attempts` store calls (the last took `duration`);
-    /// returns the error.
-    fn acquire_failed(
-        &self,
-        work_id: &WorkId,
-        attempts: u32,
-        duration: Duration,
-        error: Error,
-    ) -> Error {
-        self.inner.observer.on_acquire(&AcquireEvent {
-            work_id,
-            token: None,
-            error: Some(&error),
-            attempts,
-            duration,
-        });
-        error
-    }
-
     pub(crate) fn deadline_from(&self, sent: Instant) -> Instant {
         sent + (self.inner.ttl - self.inner.margin)
     }
@@ -746,36 +558,6 @@ impl Leases {
     pub fn start_renewal(&self, token: Token, options: RenewalOptions) -> Result<Renewal> {
         self.check_token(&token)?;
         Renewal::start(self.clone(), token, options)
-    }
-}
-
-/// Every work ID of an acquisition was held: the `Held` error of the one
-/// that expires first, and when that is (`None` when no holder's expiry is
-/// known).
-struct AllHeld {
-    error: Error,
-    expires_in: Option<Duration>,
-}
-
-impl From<Error> for AllHeld {
-    fn from(error: Error) -> Self {
-        let expires_in = match &error {
-            Error::Held { expires_in, .. } => *expires_in,
-            _ => None,
-        };
-        Self { error, expires_in }
-    }
-}
-
-impl AllHeld {
-    /// Of two, the one whose holder's lease ends first (a known expiry
-    /// before an unknown one).
-    fn earliest(self, other: AllHeld) -> AllHeld {
-        match (self.expires_in, other.expires_in) {
-            (Some(a), Some(b)) if b < a => other,
-            (None, Some(_)) => other,
-            _ => self,
-        }
     }
 }
 

@@ -58,6 +58,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod acquire;
 mod batch;
 #[cfg(feature = "testkit")]
 pub mod conformance;
