@@ -270,7 +270,7 @@ checkpoints do: to run the same work again, use new work IDs (and a new
 --pool-name).
 
 Exit status: 0 every work ID is done; 128+N a signal stopped the pool; 64
-usage error (no work IDs, more than 1024, a duplicate or invalid one, an
+usage error (no work IDs, more than 100000, a duplicate or invalid one, an
 empty or invalid --pool-name, no command, a work ID done by a pool of
 another name); 69 store failure; 70 a work ID failed for good; 126/127 CMD cannot
 be executed / was not found (every child is stopped first).
@@ -656,7 +656,7 @@ pub struct PoolArgs {
     pool_name: String,
 
     /// The work IDs, comma-separated; repeatable (each 1 to 1024 bytes, no
-    /// control characters, no duplicates; 1 to 1024 work IDs in all).
+    /// control characters, no duplicates; 1 to 100,000 work IDs in all).
     #[arg(long, value_name = "ID,ID,...")]
     work_ids: Vec<String>,
 

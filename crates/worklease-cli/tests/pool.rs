@@ -631,10 +631,12 @@ fn bad_input_exits_64_naming_the_limit_and_writes_nothing() {
     let f = Fleet::new();
     let too_long = format!("a,{}", "x".repeat(1025));
     let too_long_for_done = format!("a,{}", "y".repeat(1020));
-    let too_many: String = (0..1025)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    // One more than the limit (100,000), in a file: one argument holds at
+    // most 128 KiB on Linux.
+    let too_many = f.path("too-many.txt");
+    let ids: Vec<String> = (0..=100_000).map(|i| format!("w{i}")).collect();
+    std::fs::write(&too_many, ids.join("\n")).expect("write the work-ID file");
+    let too_many = too_many.to_str().expect("UTF-8 temp path").to_string();
     let cases: [(&[&str], &str); 15] = [
         (
             &["--work-ids", "", "--", "true"],
@@ -664,8 +666,8 @@ fn bad_input_exits_64_naming_the_limit_and_writes_nothing() {
             "'--backoff <DURATION>': 0s is too short: it must be at least 1ms",
         ),
         (
-            &["--work-ids", &too_many, "--", "true"],
-            "a pool takes at most 1024",
+            &["--work-ids-file", &too_many, "--", "true"],
+            "100001 work IDs: a pool takes at most 100000",
         ),
         (
             &["--work-ids", "a,pool/members/x", "--", "true"],

@@ -3,7 +3,7 @@
 //! every child's group before this process (the groups are registered in
 //! [`CHILD_GROUPS`] while they are supervised).
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
@@ -33,13 +33,20 @@ pub fn terminating(sig: Signal) -> bool {
 }
 
 /// How many children may be supervised at once (a `pool` runs one per
-/// work ID it holds, and takes at most this many work IDs).
-pub const MAX_CHILDREN: usize = 1024;
+/// work ID it holds, and takes at most this many work IDs): as many work
+/// IDs as one batch call of the library names
+/// ([`worklease::limits::MAX_BATCH`]).
+pub const MAX_CHILDREN: usize = worklease::limits::MAX_BATCH;
 
 /// The process groups of the supervised children (0: a free entry), for the
 /// job-control handler, which stops them before stopping this process. It
 /// reads them inside a signal handler: atomics, no lock.
 static CHILD_GROUPS: [AtomicI32; MAX_CHILDREN] = [const { AtomicI32::new(0) }; MAX_CHILDREN];
+
+/// Where the search for a free entry of [`CHILD_GROUPS`] starts: after the
+/// last one taken, so that registering thousands of children does not
+/// scan the taken entries again each time.
+static NEXT_GROUP: AtomicUsize = AtomicUsize::new(0);
 
 /// A child's entry in [`CHILD_GROUPS`], freed when dropped (when its
 /// supervision ends, however it ends).
@@ -47,10 +54,17 @@ pub(super) struct GroupEntry(Option<usize>);
 
 impl GroupEntry {
     pub(super) fn register(group: i32) -> Self {
-        let entry = CHILD_GROUPS.iter().position(|g| {
-            g.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        });
+        let start = NEXT_GROUP.load(Ordering::Relaxed);
+        let entry = (0..MAX_CHILDREN)
+            .map(|i| (start + i) % MAX_CHILDREN)
+            .find(|&i| {
+                CHILD_GROUPS[i]
+                    .compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            });
+        if let Some(i) = entry {
+            NEXT_GROUP.store((i + 1) % MAX_CHILDREN, Ordering::Relaxed);
+        }
         if entry.is_none() {
             tracing::warn!(
                 "more than {MAX_CHILDREN} children at once: Ctrl-Z does not stop this one's process group"
