@@ -12,6 +12,17 @@
 //! store, also with other test runs.
 //!
 //! Checks panic with a message naming the property when a store breaks it.
+//!
+//! # A stable surface for store authors
+//!
+//! [`Suite`] (its fields and methods), the check functions,
+//! [`conformance_tests!`](crate::conformance_tests) and the constants are
+//! public API under SemVer: a minor release does not remove or change
+//! them. A minor release may add checks (a new guarantee is a new check),
+//! and a new check can fail a store that passed before: the changelog
+//! lists added checks under "Conformance". `docs/writing-a-store.md` in
+//! the repository is the store author's guide; `examples/third-party-store`
+//! runs this suite from a crate outside the workspace.
 
 use std::sync::Arc;
 use std::time::Duration;

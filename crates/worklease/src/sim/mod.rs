@@ -252,17 +252,41 @@ pub enum Backend {
         /// How many store values (processes) share the file.
         processes: usize,
     },
+    /// A store of the caller's (a third-party store's own tests):
+    /// `open` gives the store values of one run (one per simulated
+    /// process), all over one fresh shared state. Their clock must be
+    /// tokio's (the simulated, paused clock), and a call must not wait on
+    /// anything else (no real I/O, no threads): an in-process store, or a
+    /// store's core behind an in-process stand-in for its server.
+    Custom {
+        /// The store's name in figures and replay commands.
+        name: &'static str,
+        /// Makes the store values of one run.
+        open: StoreFactory,
+    },
+}
+
+/// What [`Backend::Custom`] runs: a function giving the store values of
+/// one run.
+#[derive(Clone)]
+pub struct StoreFactory(pub Arc<dyn Fn() -> Vec<Arc<dyn LeaseStore>> + Send + Sync>);
+
+impl std::fmt::Debug for StoreFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreFactory(..)")
+    }
 }
 
 impl Backend {
     /// The store's name in figures and replay commands: `memory`,
-    /// `register` or `sqlite`.
+    /// `register`, `sqlite`, or a custom store's name.
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Memory => "memory",
             Backend::Register { .. } => "register",
             #[cfg(feature = "sqlite")]
             Backend::Sqlite { .. } => "sqlite",
+            Backend::Custom { name, .. } => name,
         }
     }
 
@@ -456,6 +480,11 @@ async fn simulate(backend: &Backend, config: &SimConfig, seed: u64) -> (history:
                     Arc::new(store) as Arc<dyn LeaseStore>
                 })
                 .collect()
+        }
+        Backend::Custom { open, .. } => {
+            let stores = (open.0)();
+            assert!(!stores.is_empty(), "a custom backend gave no store");
+            stores
         }
     };
     let bases: Vec<Arc<dyn LeaseStore>> = match &config.wrap {

@@ -15,7 +15,10 @@
 //!
 //! Every store keeps the contract of the crate docs (S1–S5, L1, bad input), which
 //! the conformance suite (`worklease::conformance`, feature `testkit`)
-//! checks. Identifiers reach a store already checked ([`WorkId`],
+//! checks. A store author's guide, with the contract per method, the clock
+//! rules, batches, testing against the real server and the checklist, is
+//! `docs/writing-a-store.md` in the repository; a complete store written
+//! from outside the workspace is `examples/third-party-store`. Identifiers reach a store already checked ([`WorkId`],
 //! [`HolderId`]); the lease layer checks TTLs and checkpoint sizes before a
 //! store sees them, so a store only writes valid input.
 
