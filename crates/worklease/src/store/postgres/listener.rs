@@ -31,10 +31,24 @@ pub(super) struct Shared {
 
 impl Shared {
     pub(super) fn notify(&self, work_id: &WorkId) {
+        self.unwatch(work_id);
+        self.watchers.notify(work_id);
+    }
+
+    /// Whether a waiter of this store watches `work_id` (true when the set
+    /// cannot be read: a needless `wanted` mark costs only a notification).
+    pub(super) fn is_watched(&self, work_id: &WorkId) -> bool {
+        self.watched
+            .lock()
+            .map(|w| w.contains(work_id))
+            .unwrap_or(true)
+    }
+
+    /// Forgets the waiters' interest in `work_id` (it was acquired).
+    pub(super) fn unwatch(&self, work_id: &WorkId) {
         if let Ok(mut w) = self.watched.lock() {
             w.remove(work_id);
         }
-        self.watchers.notify(work_id);
     }
 
     fn notify_all(&self) {

@@ -2,8 +2,9 @@
 //!
 //! * **One statement per operation.** Acquire, renew, checkpoint, read,
 //!   release, inspect and revoke are each ONE SQL statement (one round trip
-//!   on a pooled connection whose prepared statement is cached), decided
-//!   inside the server. Acquire is an `INSERT ... ON CONFLICT DO UPDATE ...
+//!   on a pooled connection whose prepared statement is cached; preparing
+//!   it costs one more, once per connection), decided inside the server;
+//!   so are the batches (below). Acquire is an `INSERT ... ON CONFLICT DO UPDATE ...
 //!   WHERE` that succeeds only when the row is free, released or expired;
 //!   a CTE locks the current row first, so that a `Held` answer still names
 //!   the holder and its remaining time from the same statement. Renew,
@@ -50,6 +51,31 @@
 //!   since notifications may have been missed. Polling stays the fallback.
 //!   Expiry sends no notification (no server-side timer): waiters of an
 //!   expiring lease wake at its expiry by their poll schedule.
+//! * **Batches.** [`LeaseStore::renew_many`], [`LeaseStore::release_many`]
+//!   and [`LeaseStore::acquire_many`] are each ONE statement over arrays
+//!   (`unnest`), one round trip, for up to [`MAX_BATCH`] (2,000) leases
+//!   (why that many: [`MAX_BATCH`]); each lease gets the verdict its single
+//!   call would have given, by the same rules. A statement is one
+//!   transaction: its changes commit together or not at all (then the call
+//!   fails as a whole). Every batch statement locks its rows in work-ID
+//!   order, and locks all of them before it changes any, so batches racing
+//!   each other and single calls never deadlock (the application's own
+//!   statements in a fenced transaction aside); a row locked by another
+//!   statement is waited for (not skipped with `SKIP LOCKED`, which would
+//!   leave its outcome unknown), so a batch takes as long as the slowest
+//!   statement it meets on one of its rows (a fenced transaction's whole
+//!   body, for its row). The verdicts are therefore not taken at one
+//!   instant, but each at the moment its row was locked. A batch
+//!   acquisition tries the work IDs in order and grants the first `max`
+//!   that are free by their locked rows; work IDs never seen are inserted
+//!   (in work-ID order, `ON CONFLICT DO NOTHING`) with tokens from the same
+//!   sequence. When a concurrent first acquisition inserts one of them
+//!   after the statement began, the statement decides nothing for it, and
+//!   one more statement tries those work IDs first, then the untried rest
+//!   (the single acquisition runs its statement again in that case): such
+//!   a batch costs more than one round trip and is not one transaction.
+//!   A batch release sends one `NOTIFY` per released work ID that a waiter
+//!   marked, all in its one statement.
 //! * **Fenced writes.** [`PostgresStore::fenced_transaction`] runs the
 //!   caller's SQL in a transaction that first locks the lease row and
 //!   checks the token: the way to fence writes to tables in the same
@@ -109,7 +135,10 @@ pub use tokio_postgres;
 #[cfg(doc)]
 use crate::error::InvalidInput;
 use crate::error::{Result, StoreError};
+#[cfg(doc)]
+use crate::store::LeaseStore;
 
+mod batch;
 mod config;
 mod fenced;
 mod listener;
@@ -120,6 +149,7 @@ mod sql;
 #[cfg(feature = "postgres-tls")]
 mod tls;
 
+pub use batch::MAX_BATCH;
 pub use config::{
     PostgresOptions, PostgresUrl, TableName, DEFAULT_TABLE, MAX_QUALIFIED_NAME_BYTES,
     MAX_TABLE_NAME_BYTES,

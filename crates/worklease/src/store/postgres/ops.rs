@@ -1,5 +1,5 @@
-//! The [`LeaseStore`] operations (each one statement, but `watch`) and the
-//! decoding of their rows.
+//! The [`LeaseStore`] operations (each one statement, but `watch`; the
+//! batches are in `batch.rs`) and the decoding of their rows.
 
 use std::time::{Duration, SystemTime};
 
@@ -18,14 +18,14 @@ use crate::store::{
 
 use super::pool::get;
 use super::sql::check_verdict;
-use super::{PostgresStore, KIND};
+use super::{PostgresStore, KIND, MAX_BATCH};
 
 fn corrupt(what: &str) -> Error {
     StoreError::new(KIND, format!("a lease row is corrupt: {what}")).into()
 }
 
 /// `ttl` in whole milliseconds (rounded up), as the statements take it.
-fn ttl_millis(ttl: Duration) -> Result<i64> {
+pub(super) fn ttl_millis(ttl: Duration) -> Result<i64> {
     i64::try_from(crate::limits::ceil_millis(ttl)).map_err(|_| {
         Error::from(InvalidInput::TtlTooLong {
             ttl,
@@ -98,7 +98,81 @@ fn info_from(row: &Row) -> Result<LeaseInfo> {
     })
 }
 
+/// How many times an acquisition runs its statement while a concurrent
+/// first acquisition of the work ID leaves it nothing to report (the
+/// winner's row is not in its snapshot: the statement changed nothing for
+/// that work ID then, and is run again).
+pub(super) const ATTEMPTS: usize = 3;
+
+/// The error of an acquisition that ran out of [`ATTEMPTS`].
+pub(super) fn kept_racing(work_id: &WorkId) -> Error {
+    StoreError::new(
+        KIND,
+        format!("acquisition of {work_id:?} kept racing concurrent first acquisitions"),
+    )
+    .into()
+}
+
+/// The verdicts of renew, checkpoint or release statements (column 0 of
+/// one row per lease, in order), each lease's outcome.
+pub(super) fn verdicts(
+    rows: &[Row],
+    leases: &[LeaseRef<'_>],
+    context: &'static str,
+) -> Result<Vec<Result<()>>> {
+    if rows.len() != leases.len() {
+        return Err(StoreError::new(
+            KIND,
+            format!(
+                "{context}: {} answer rows for {} leases",
+                rows.len(),
+                leases.len()
+            ),
+        )
+        .into());
+    }
+    rows.iter()
+        .zip(leases)
+        .map(|(row, lease)| {
+            let verdict: String = get(row, 0)?;
+            Ok(check_verdict(&verdict, *lease))
+        })
+        .collect()
+}
+
 impl PostgresStore {
+    /// An acquisition's answer row (`fencing_token, prev_holder_id,
+    /// prev_fencing_token, prev_end, holder_id, remaining_us`): the grant
+    /// (the waiters' interest in the work ID then ends), `Held`, or `None`
+    /// when the statement decided nothing for the work ID (see
+    /// [`ATTEMPTS`]).
+    pub(super) fn acquired(
+        &self,
+        row: &Row,
+        work_id: &WorkId,
+        ttl: Duration,
+    ) -> Result<Option<Result<Grant>>> {
+        if let Some(t) = get::<Option<i64>>(row, 0)? {
+            self.shared.unwatch(work_id);
+            return Ok(Some(Ok(Grant {
+                fencing_token: token_u64(t)?,
+                expires_at: SystemTime::now() + ttl,
+                handoff: Handoff {
+                    previous: previous(get(row, 1)?, get(row, 2)?, get(row, 3)?)?,
+                },
+            })));
+        }
+        let Some(holder_id) = get::<Option<String>>(row, 4)? else {
+            return Ok(None);
+        };
+        let remaining_us: i64 = get(row, 5)?;
+        Ok(Some(Err(Error::Held {
+            work_id: work_id.to_string(),
+            holder_id,
+            expires_in: Some(Duration::from_micros(remaining_us.max(0).unsigned_abs())),
+        })))
+    }
+
     /// Runs renew, checkpoint or release (`sql`) and maps the verdict.
     async fn update_current(
         &self,
@@ -115,11 +189,9 @@ impl PostgresStore {
             vec![&work_id, &holder_id, &fencing];
         params.extend_from_slice(extra);
         let rows = self.query(sql, &params, context).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| StoreError::new(KIND, format!("{context}: no answer row")))?;
-        let verdict: String = get(row, 0)?;
-        check_verdict(&verdict, lease)
+        verdicts(&rows, &[lease], context)?
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::new(KIND, format!("{context}: no answer")).into()))
     }
 }
 
@@ -136,20 +208,11 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
     ) -> Result<Grant> {
         let ttl_ms = ttl_millis(ttl)?;
-        // A first insertion racing another one can leave the statement with
-        // no row to report (the winner's row is not in its snapshot): the
-        // statement changed nothing then, and is run again.
-        const ATTEMPTS: usize = 3;
         // A waiter (it called `watch` first) marks a held lease as wanted,
         // so that its release notifies; releases nobody waits for skip
         // NOTIFY, whose commit-time lock serializes every notifying commit
         // of the server.
-        let waiting = self
-            .shared
-            .watched
-            .lock()
-            .map(|w| w.contains(work_id))
-            .unwrap_or(true);
+        let waiting = self.shared.is_watched(work_id);
         for _ in 0..ATTEMPTS {
             let rows = self
                 .query(
@@ -159,36 +222,11 @@ impl LeaseStore for PostgresStore {
                 )
                 .await?;
             let Some(row) = rows.first() else { continue };
-            let token: Option<i64> = get(row, 0)?;
-            match token {
-                Some(t) => {
-                    if let Ok(mut w) = self.shared.watched.lock() {
-                        w.remove(work_id);
-                    }
-                    return Ok(Grant {
-                        fencing_token: token_u64(t)?,
-                        expires_at: SystemTime::now() + ttl,
-                        handoff: Handoff {
-                            previous: previous(get(row, 1)?, get(row, 2)?, get(row, 3)?)?,
-                        },
-                    });
-                }
-                None => {
-                    let holder: String = get(row, 4)?;
-                    let remaining_us: i64 = get(row, 5)?;
-                    return Err(Error::Held {
-                        work_id: work_id.to_string(),
-                        holder_id: holder,
-                        expires_in: Some(Duration::from_micros(remaining_us.max(0).unsigned_abs())),
-                    });
-                }
+            if let Some(outcome) = self.acquired(row, work_id, ttl)? {
+                return outcome;
             }
         }
-        Err(StoreError::new(
-            KIND,
-            format!("acquisition of {work_id:?} kept racing concurrent first acquisitions"),
-        )
-        .into())
+        Err(kept_racing(work_id))
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
@@ -239,6 +277,32 @@ impl LeaseStore for PostgresStore {
                 previous: previous(get(row, 2)?, get(row, 3)?, get(row, 4)?)?,
             },
         })
+    }
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        self.renew_batch(leases, ttl).await
+    }
+
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        self.acquire_batch(work_ids, holder_id, ttl, max).await
+    }
+
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        self.release_batch(leases).await
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
