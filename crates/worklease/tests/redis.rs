@@ -1,7 +1,8 @@
 //! The Redis store against a real `redis-server` on loopback: the shared
 //! conformance suite and the Redis-specific guarantees (millisecond TTLs on
 //! the server, fencing that survives deleted keys and restarts, distinct
-//! work IDs, push hand-off to many waiters, resubscription, replica waits).
+//! work IDs, push hand-off to many waiters, resubscription, replica waits,
+//! batches of one command each).
 //!
 //! The server comes from `WORKLEASE_TEST_REDIS_URL` (default
 //! `redis://127.0.0.1:6379/0`; `.ci/services/redis.sh` starts one). Every
@@ -21,8 +22,12 @@ use tokio::time::Instant;
 use worklease::conformance::Suite;
 use worklease::store::fault::{Counter, FaultStore};
 use worklease::store::redis::{RedisConfig, RedisStore};
-use worklease::store::LeaseEnd;
-use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, WorkId};
+use worklease::store::{LeaseEnd, LeaseRef};
+use worklease::{AcquireOptions, Config, Error, HolderId, LeaseStore, Leases, WorkId};
+
+#[path = "redis/batch.rs"]
+mod batch;
+use batch::{command_counts, ran_since};
 
 fn server_url() -> String {
     std::env::var("WORKLEASE_TEST_REDIS_URL")
@@ -738,6 +743,30 @@ async fn wait_for_replicas_refuses_unreplicated_acquisitions() {
         ("wait-a", LeaseEnd::Expired),
         "a refused acquisition is no clean hand-off"
     );
+    // In a batch, each grant too few replicas acknowledged is refused.
+    let batch = [id(work), id("jobs/replicated-2")];
+    let wait_a = HolderId::new("wait-a").expect("holder");
+    let ttl = Duration::from_secs(30);
+    let out = store
+        .acquire_many(&batch, &wait_a, ttl, 2)
+        .await
+        .expect("acquire_many");
+    assert!(matches!(&out[0], Err(Error::Held { .. })), "{:?}", out[0]);
+    assert!(
+        matches!(&out[1], Err(Error::Store(e)) if e.message.contains("replicas")),
+        "{:?}",
+        out[1]
+    );
+    let t2 = b
+        .acquire(batch[1].as_str(), AcquireOptions::new())
+        .await
+        .expect("the refused grant of the batch holds nothing");
+    let c = b.read_checkpoint(&t2).await.expect("read");
+    assert_eq!(
+        c.handoff.previous.expect("the refused grant").ended,
+        LeaseEnd::Expired
+    );
+    b.release(t2).await.expect("release");
     b.release(t).await.expect("release");
 
     // A primary with one replica acknowledges.
@@ -757,12 +786,40 @@ async fn wait_for_replicas_refuses_unreplicated_acquisitions() {
         .wait_for_replicas(1, Duration::from_secs(5))
         .expect("config");
     let store = Arc::new(RedisStore::new(config).expect("store"));
-    let a = Leases::new(store, Config::new("wait-a", Duration::from_secs(30))).expect("config");
+    let a = Leases::new(store.clone(), Config::new("wait-a", ttl)).expect("config");
     let t = a
         .acquire(work, AcquireOptions::new())
         .await
         .expect("one replica acknowledges");
     a.release(t).await.expect("release");
+    // A batch waits once, after its one script (the second batch: the
+    // first one loaded the script).
+    let mut conn = raw(&primary.url()).await;
+    for round in 0..2 {
+        let before = command_counts(&mut conn).await;
+        let out = store
+            .acquire_many(&batch, &wait_a, ttl, 2)
+            .await
+            .expect("acquire_many");
+        let ran = ran_since(&mut conn, &before).await;
+        if round == 1 {
+            assert_eq!(
+                (ran.get("evalsha"), ran.get("wait")),
+                (Some(&1), Some(&1)),
+                "{ran:?}"
+            );
+        }
+        let leases: Vec<LeaseRef> = batch
+            .iter()
+            .zip(&out)
+            .map(|(work_id, g)| LeaseRef {
+                work_id,
+                holder_id: &wait_a,
+                fencing_token: g.as_ref().expect("one replica acknowledges").fencing_token,
+            })
+            .collect();
+        store.release_many(&leases).await.expect("release_many");
+    }
     replica.stop().await;
     primary.stop().await;
 }

@@ -1,6 +1,6 @@
 //! The store's operations ([`LeaseStore`] for [`RedisStore`]): each one
-//! script call on the lease's keys, and `inspect` over a `SCAN` of the
-//! state keys.
+//! script call on the lease's keys (the batches' in `batch.rs`), and
+//! `inspect` over a `SCAN` of the state keys.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -9,16 +9,15 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 
-use crate::error::{Error, Result, StoreError};
+use crate::error::Result;
 use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
 
+use super::acquire::Replies;
 use super::keys;
-use super::reply::{
-    bad_reply, int, lease_info, opt_bytes, opt_text, previous, store_err, text, token,
-};
+use super::reply::{bad_reply, lease_info, opt_bytes, previous, store_err, text};
 use super::scripts::SCRIPTS;
-use super::{RedisStore, KIND};
+use super::{RedisStore, KIND, MAX_BATCH};
 
 /// How many keys one `SCAN` step asks for when listing every lease.
 const SCAN_COUNT: usize = 1000;
@@ -83,59 +82,11 @@ impl LeaseStore for RedisStore {
             .key(&keys.fence)
             .arg(holder_id.as_str())
             .arg(ceil_millis(ttl));
-        let connections = self.connections().await?;
-        self.first_subscription().await;
-        let (reply, acked) = match (&connections.acquire, self.config.wait) {
-            (Some(conn), Some(wait)) => {
-                let (reply, acked) = self.run_and_wait(conn, &inv, wait).await?;
-                (reply, Some((acked, wait)))
-            }
-            _ => (self.run(&inv, "acquire").await?, None),
-        };
-        match text(reply.first(), "status")?.as_str() {
-            "held" => {
-                let pttl = int(reply.get(2), "PTTL")?;
-                return Err(Error::Held {
-                    work_id: work_id.to_string(),
-                    holder_id: opt_text(reply.get(1), "holder")?
-                        .unwrap_or_else(|| "(unknown)".to_string()),
-                    expires_in: u64::try_from(pttl).ok().map(Duration::from_millis),
-                });
-            }
-            "ok" => {}
-            other => return Err(bad_reply(&format!("status {other:?}"))),
-        }
-        let fencing_token = token(reply.get(1), "token")?;
-        let handoff = Handoff {
-            previous: previous(reply.get(2..5).unwrap_or(&[]))?,
-        };
-        if let Some((acked, wait)) = acked {
-            if acked < i64::from(wait.replicas) {
-                let mut inv = SCRIPTS.abandon.prepare_invoke();
-                inv.key(&keys.state)
-                    .key(&keys.live)
-                    .arg(holder_id.as_str())
-                    .arg(fencing_token)
-                    .arg(self.channel())
-                    .arg(work_id.as_str());
-                if let Err(e) = self.run(&inv, "abandon an unreplicated acquisition").await {
-                    tracing::warn!(work_id = %work_id, error = %e, "cannot end an acquisition too few replicas acknowledged: it expires with its TTL");
-                }
-                return Err(StoreError::new(
-                    KIND,
-                    format!(
-                        "only {acked} of the {} replicas asked for acknowledged the acquisition of {work_id:?} within {:?}: not granted",
-                        wait.replicas, wait.timeout
-                    ),
-                )
-                .into());
-            }
-        }
-        Ok(Grant {
-            fencing_token,
-            expires_at: SystemTime::now() + ttl,
-            handoff,
-        })
+        let ids = std::slice::from_ref(work_id);
+        self.acquisitions(&inv, "acquire", Replies::One, ids, holder_id, ttl)
+            .await?
+            .pop()
+            .unwrap_or_else(|| Err(bad_reply("no reply to an acquisition")))
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
@@ -197,6 +148,32 @@ impl LeaseStore for RedisStore {
             .arg(lease.work_id.as_str());
         self.run_on_lease(lease, &inv, "release").await?;
         Ok(())
+    }
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        self.renew_batch(leases, ttl).await
+    }
+
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        self.acquire_batch(work_ids, holder_id, ttl, max).await
+    }
+
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        self.release_batch(leases).await
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {

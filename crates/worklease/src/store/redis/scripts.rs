@@ -1,6 +1,6 @@
 //! The Lua scripts (each with the shared prelude) and how they run: by SHA
 //! with `EVALSHA`, loaded again on `NOSCRIPT`, tried once more on a dropped
-//! connection, and the acquisition pipelined with `WAIT`.
+//! connection, and acquisitions (single or batch) pipelined with `WAIT`.
 
 use std::sync::LazyLock;
 
@@ -31,6 +31,9 @@ pub(super) struct Scripts {
     pub(super) abandon: Script,
     pub(super) revoke: Script,
     pub(super) inspect: Script,
+    pub(super) acquire_many: Script,
+    pub(super) renew_many: Script,
+    pub(super) release_many: Script,
 }
 
 pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -42,6 +45,9 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     abandon: script!("abandon.lua"),
     revoke: script!("revoke.lua"),
     inspect: script!("inspect.lua"),
+    acquire_many: script!("acquire_many.lua"),
+    renew_many: script!("renew_many.lua"),
+    release_many: script!("release_many.lua"),
 });
 
 impl RedisStore {
@@ -74,14 +80,15 @@ impl RedisStore {
         array(reply)
     }
 
-    /// Runs the acquire script then `WAIT` in one pipeline on the
-    /// acquisition connection; returns the script's reply and the number of
-    /// replicas that acknowledged.
+    /// Runs an acquire script (`what`: single or batch) then `WAIT` in one
+    /// pipeline on the acquisition connection; returns the script's reply
+    /// and the number of replicas that acknowledged.
     pub(super) async fn run_and_wait(
         &self,
         conn: &ConnectionManager,
         invocation: &ScriptInvocation<'_>,
         wait: WaitForReplicas,
+        what: &str,
     ) -> Result<(Vec<Value>, i64)> {
         let mut conn = conn.clone();
         let pipeline = || {
@@ -97,10 +104,10 @@ impl RedisStore {
             invocation
                 .load_async(&mut conn)
                 .await
-                .map_err(|e| store_err("cannot load the acquire script", e))?;
+                .map_err(|e| store_err(&format!("cannot load the {what} script"), e))?;
             result = pipeline().query_async(&mut conn).await;
         }
-        let (reply, acked) = result.map_err(|e| store_err("acquire", e))?;
+        let (reply, acked) = result.map_err(|e| store_err(what, e))?;
         Ok((array(reply)?, acked))
     }
 
@@ -112,16 +119,21 @@ impl RedisStore {
         invocation: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<Vec<Value>> {
-        let mut reply = self.run(invocation, what).await?;
-        let status = text(reply.first(), "status")?;
-        match status.as_str() {
-            "ok" => Ok(reply.split_off(1)),
-            "fenced" => Err(record::fenced(lease)),
-            "expired" => Err(Error::Expired {
-                work_id: lease.work_id.to_string(),
-                fencing_token: lease.fencing_token,
-            }),
-            other => Err(bad_reply(&format!("status {other:?}"))),
-        }
+        lease_outcome(lease, self.run(invocation, what).await?)
+    }
+}
+
+/// One lease's reply to a script that ends in `ok`, `fenced` or `expired`:
+/// the reply's elements after `ok`, or the lease's error.
+pub(super) fn lease_outcome(lease: LeaseRef<'_>, mut reply: Vec<Value>) -> Result<Vec<Value>> {
+    let status = text(reply.first(), "status")?;
+    match status.as_str() {
+        "ok" => Ok(reply.split_off(1)),
+        "fenced" => Err(record::fenced(lease)),
+        "expired" => Err(Error::Expired {
+            work_id: lease.work_id.to_string(),
+            fencing_token: lease.fencing_token,
+        }),
+        other => Err(bad_reply(&format!("status {other:?}"))),
     }
 }
