@@ -348,6 +348,15 @@ mod tests {
         assert!(md.contains("### Store calls and cost per renewal"));
         assert!(md.contains("partial batches"));
         assert!(md.contains("µs of CPU per renewal"));
+        // Leases lost: CPU and memory per lease are no figures at 100,000.
+        r.scale[1].missed = 10;
+        let v = goals(&r);
+        assert_eq!(verdict(&v, GOAL_SCALE).met, Some(false));
+        assert_eq!(verdict(&v, GOAL_CPU).met, None);
+        assert_eq!(verdict(&v, GOAL_RSS).met, None);
+        assert!(verdict(&v, GOAL_RSS)
+            .measured
+            .contains("no figure at 100,000"));
     }
 
     #[test]

@@ -33,13 +33,27 @@ fn needed(s: &ScaleRow, leases: usize) -> f64 {
     leases as f64 / interval_secs(s)
 }
 
-/// ", of N leases acquired" when fewer than asked were.
-fn of_acquired(s: &ScaleRow) -> String {
+/// Why a row's CPU and memory per lease are no figures at its size:
+/// fewer leases acquired than asked, or some lost.
+fn short_of(s: &ScaleRow) -> Option<String> {
+    let mut short = Vec::new();
     if s.acquired < s.leases {
-        format!(", of {} leases acquired", count(s.acquired as u64))
-    } else {
-        String::new()
+        short.push(format!(
+            "only {} of the {} leases acquired",
+            count(s.acquired as u64),
+            count(s.leases as u64)
+        ));
     }
+    if s.missed > 0 {
+        short.push(format!("{} lost", count(s.missed)));
+    }
+    (!short.is_empty()).then(|| {
+        format!(
+            "; {}: no figure at {}",
+            short.join(", "),
+            count(s.leases as u64)
+        )
+    })
 }
 
 /// Held, missed and failed, for a goal's measured column.
@@ -96,33 +110,35 @@ pub fn verdicts(run: &Run, v: &mut Vec<Verdict>) {
                         held(s),
                         Some(s.acquired == s.leases && s.missed == 0),
                     ));
+                    // Judged only where every lease was held to the end.
+                    let short = short_of(s);
+                    let judged = |met: bool| short.is_none().then_some(met);
+                    let caveat = short.clone().unwrap_or_default();
                     v.push(match s.cpu_us_per_renewal() {
                         Some(c) => verdict(
                             GOAL_CPU,
                             format!(
-                                "{c:.1} µs per renewal ({} renewals in {:.0} s, {:.3} CPU s/s{})",
+                                "{c:.1} µs per renewal ({} renewals in {:.0} s, {:.3} CPU s/s){caveat}",
                                 count(s.renewals_ok),
                                 s.window_secs,
                                 s.cpu_per_sec,
-                                of_acquired(s)
                             ),
-                            Some(c <= GOAL_CPU_US),
+                            judged(c <= GOAL_CPU_US),
                         ),
                         None => verdict(
                             GOAL_CPU,
-                            "no renewal succeeded in the window".to_string(),
-                            Some(false),
+                            format!("no renewal succeeded in the window{caveat}"),
+                            judged(false),
                         ),
                     });
                     v.push(verdict(
                         GOAL_RSS,
                         format!(
-                            "{:.0} B ({:.2} KiB) per lease{}",
+                            "{:.0} B ({:.2} KiB) per lease{caveat}",
                             s.rss_per_lease_bytes,
                             s.rss_per_lease_bytes / 1024.0,
-                            of_acquired(s)
                         ),
-                        Some(s.rss_per_lease_bytes <= GOAL_RSS_BYTES),
+                        judged(s.rss_per_lease_bytes <= GOAL_RSS_BYTES),
                     ));
                 }
                 None => {
@@ -143,11 +159,12 @@ pub fn verdicts(run: &Run, v: &mut Vec<Verdict>) {
             .filter_map(|s| Some((s, s.calls_per_tick()?, s.calls_bound()?)))
             .collect();
         v.push(if judged.is_empty() {
-            verdict(
-                GOAL_CALLS,
-                "store calls not counted in this run".to_string(),
-                None,
-            )
+            let measured = if run.scale.iter().any(|s| s.store == store) {
+                "store calls not counted in this run"
+            } else {
+                "not measured in this run"
+            };
+            verdict(GOAL_CALLS, measured.to_string(), None)
         } else {
             let list: Vec<String> = judged
                 .iter()
