@@ -13,6 +13,7 @@
 //! each writes rows of [`results::Run`], the JSON that [`report`] and
 //! [`plot`] turn into BENCHMARKS.md and its PNG plots.
 
+mod calls;
 mod failover;
 mod handoff;
 mod measure;
@@ -28,8 +29,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use worklease::store::ExpiryClock;
 
 use crate::measure::Timing;
+use crate::ops::WorkSet;
 use crate::results::{HandoffMode, OpRow, PlanInfo, Run, Skipped, StoreInfo};
 use crate::stores::{Bench, Settings};
 
@@ -108,8 +111,9 @@ struct RunArgs {
     seconds: Option<f64>,
     /// Exit with a failure (after writing the report) when a store this
     /// build has could not be measured, a scenario failed, an operation of
-    /// cycle, renew or checkpoint failed, or a failover trial failed: for
-    /// CI's smoke run.
+    /// cycle, renew or checkpoint failed, a failover trial failed, or a
+    /// scale run acquired nothing or counted no store call while renewing:
+    /// for CI's smoke run.
     #[arg(long)]
     strict: bool,
 }
@@ -142,7 +146,9 @@ enum Command {
         #[arg(long)]
         acquire_limit_ms: u64,
         #[arg(long)]
-        concurrency: usize,
+        batch: usize,
+        #[arg(long)]
+        in_flight: usize,
     },
     /// The failover scenario's holder process (started by this program).
     #[command(hide = true)]
@@ -176,6 +182,8 @@ pub struct Plan {
     pub timing: Timing,
     /// Concurrent clients of cycle.
     pub cycle_clients: Vec<usize>,
+    /// The fixed set of work IDs that cycle also goes over again and again.
+    pub cycle_reused_ids: usize,
     /// Concurrent clients of renew and checkpoint.
     pub op_clients: Vec<usize>,
     /// Checkpoint sizes, bytes.
@@ -201,14 +209,19 @@ pub struct Plan {
     pub failover_poll: Duration,
     /// Leases held at once in scale.
     pub scale_sizes: Vec<usize>,
+    /// Leases held at once in scale on a register store (S3), whose
+    /// renewals are two requests each with no batch: far fewer.
+    pub scale_register_sizes: Vec<usize>,
     /// Scale lease TTL.
     pub scale_ttl: Duration,
     /// Scale measuring window.
     pub scale_window: Duration,
     /// Longest time to acquire the leases of scale.
     pub scale_acquire_limit: Duration,
-    /// Acquisitions in flight at once in scale.
-    pub scale_acquire_concurrency: usize,
+    /// Work IDs per `acquire_many` call in scale (at most).
+    pub scale_acquire_batch: usize,
+    /// `acquire_many` calls in flight at once in scale.
+    pub scale_acquire_in_flight: usize,
 }
 
 impl Plan {
@@ -221,6 +234,7 @@ impl Plan {
                     warm_up: Duration::from_millis(20),
                 },
                 cycle_clients: vec![1, 4],
+                cycle_reused_ids: 16,
                 op_clients: vec![1],
                 checkpoint_sizes: vec![1024, 64 * 1024],
                 ttl: Duration::from_secs(10),
@@ -232,11 +246,13 @@ impl Plan {
                 failover_trials: 1,
                 failover_ttl: Duration::from_secs(1),
                 failover_poll: Duration::from_millis(100),
-                scale_sizes: vec![1000],
+                scale_sizes: vec![200],
+                scale_register_sizes: vec![20],
                 scale_ttl: Duration::from_secs(3),
                 scale_window: Duration::from_secs(1),
-                scale_acquire_limit: Duration::from_secs(2),
-                scale_acquire_concurrency: 64,
+                scale_acquire_limit: Duration::from_secs(5),
+                scale_acquire_batch: 1000,
+                scale_acquire_in_flight: 4,
             }
         } else {
             Plan {
@@ -246,6 +262,7 @@ impl Plan {
                     warm_up: Duration::from_millis(200),
                 },
                 cycle_clients: vec![1, 4, 16, 64],
+                cycle_reused_ids: 1000,
                 op_clients: vec![1, 16],
                 checkpoint_sizes: vec![1024, 64 * 1024],
                 ttl: Duration::from_secs(10),
@@ -258,10 +275,12 @@ impl Plan {
                 failover_ttl: Duration::from_secs(2),
                 failover_poll: Duration::from_millis(250),
                 scale_sizes: vec![1_000, 10_000, 100_000],
+                scale_register_sizes: vec![1_000],
                 scale_ttl: Duration::from_secs(10),
                 scale_window: Duration::from_secs(20),
                 scale_acquire_limit: Duration::from_secs(60),
-                scale_acquire_concurrency: 64,
+                scale_acquire_batch: 1000,
+                scale_acquire_in_flight: 4,
             }
         };
         if let Some(s) = seconds.filter(|s| *s > 0.0) {
@@ -275,12 +294,15 @@ impl Plan {
             seconds_per_figure: self.timing.slice.as_secs_f64() * f64::from(self.timing.slices),
             slices: self.timing.slices,
             ttl_ms: self.ttl.as_millis() as u64,
+            cycle_reused_ids: self.cycle_reused_ids,
             handoffs: self.handoffs,
             handoff_hold_ms: self.handoff_hold.as_millis() as u64,
             handoff_poll_ms: self.handoff_poll.as_millis() as u64,
             failover_trials: self.failover_trials,
             scale_window_secs: self.scale_window.as_secs_f64(),
             scale_acquire_limit_secs: self.scale_acquire_limit.as_secs_f64(),
+            scale_acquire_batch: self.scale_acquire_batch,
+            scale_acquire_in_flight: self.scale_acquire_in_flight,
         }
     }
 }
@@ -335,14 +357,16 @@ fn main() -> std::process::ExitCode {
                 ttl_ms,
                 window_ms,
                 acquire_limit_ms,
-                concurrency,
+                batch,
+                in_flight,
             }) => {
                 let job = scale::Job {
                     leases,
                     ttl: Duration::from_millis(ttl_ms),
                     window: Duration::from_millis(window_ms),
                     acquire_limit: Duration::from_millis(acquire_limit_ms),
-                    concurrency,
+                    batch,
+                    in_flight,
                 };
                 let row = scale::run(&store, &job).await?;
                 println!("{}", serde_json::to_string(&row)?);
@@ -460,6 +484,7 @@ async fn run(args: RunArgs) -> Result<()> {
         stores: Vec::new(),
         skipped: Vec::new(),
         cycle: Vec::new(),
+        cycle_reused: Vec::new(),
         renew: Vec::new(),
         checkpoint: Vec::new(),
         handoff: Vec::new(),
@@ -524,7 +549,8 @@ async fn run(args: RunArgs) -> Result<()> {
 
 /// What went wrong in a run, for `--strict`: stores of this build left
 /// out, failed scenarios, failed operations of cycle, renew and checkpoint,
-/// failed failover trials. (Failed calls of waiters in hand-off are the
+/// failed failover trials, scale runs that acquired nothing or counted no
+/// store call while renewing. (Failed calls of waiters in hand-off are the
 /// store's answers under contention: reported, not fatal.)
 fn problems(run: &Run) -> Vec<String> {
     let built: Vec<&str> = stores::table()
@@ -548,7 +574,13 @@ fn problems(run: &Run) -> Vec<String> {
             )
         })
         .collect();
-    for r in run.cycle.iter().chain(&run.renew).chain(&run.checkpoint) {
+    for r in run
+        .cycle
+        .iter()
+        .chain(&run.cycle_reused)
+        .chain(&run.renew)
+        .chain(&run.checkpoint)
+    {
         if r.errors > 0 {
             v.push(format!(
                 "{} {} at {} clients: {} failed operations ({})",
@@ -567,6 +599,23 @@ fn problems(run: &Run) -> Vec<String> {
                 f.store,
                 f.errors,
                 f.first_error.as_deref().unwrap_or("?")
+            ));
+        }
+    }
+    // The store calls are counted by the scale process's recorder from
+    // the library's metrics: none counted while renewals went on means the
+    // count is broken, and so are the figures made of it.
+    for s in &run.scale {
+        if s.acquired == 0 {
+            v.push(format!(
+                "{} scale at {} leases: none acquired",
+                s.store, s.leases
+            ));
+        }
+        if s.renewals_ok > 0 && s.renew_calls.unwrap_or(0) == 0 {
+            v.push(format!(
+                "{} scale at {} leases: {} renewals but no renew_many store call counted",
+                s.store, s.leases, s.renewals_ok
             ));
         }
     }
@@ -657,8 +706,10 @@ async fn run_store(
             server: bench.server().await,
             baseline: probe.baseline.describe(),
             peer: probe.peer.as_ref().map(|p| p.describe()),
+            register: probe.store.expiry_clock() == ExpiryClock::Observation,
         });
     }
+    let register = run.stores.last().is_some_and(|s| s.register);
     let failed = |run: &mut Run, scenario: Scenario, e: BoxError| {
         eprintln!("  {scenario:?} failed: {e}");
         run.skipped.push(Skipped {
@@ -673,9 +724,16 @@ async fn run_store(
                 Scenario::Cycle => {
                     let opened = bench.open("cycle").await?;
                     for &c in &plan.cycle_clients {
-                        let rows = ops::cycle(&opened, plan, c).await?;
+                        let rows = ops::cycle(&opened, plan, c, WorkSet::Fresh).await?;
                         progress("cycle", &rows);
                         run.cycle.extend(rows);
+                    }
+                    let opened = bench.open("cycle_reused").await?;
+                    let ids = ops::reused_ids(&opened, plan, plan.cycle_reused_ids).await?;
+                    for &c in &plan.cycle_clients {
+                        let rows = ops::cycle(&opened, plan, c, WorkSet::Reused(&ids)).await?;
+                        progress("cycle (reused IDs)", &rows);
+                        run.cycle_reused.extend(rows);
                     }
                 }
                 Scenario::Renew => {
@@ -728,31 +786,7 @@ async fn run_store(
                     );
                     run.failover.push(row);
                 }
-                Scenario::Scale => {
-                    for &n in &plan.scale_sizes {
-                        let opened = bench.open(&format!("scale_{n}")).await?;
-                        let job = scale::Job {
-                            leases: n,
-                            ttl: plan.scale_ttl,
-                            window: plan.scale_window,
-                            acquire_limit: plan.scale_acquire_limit,
-                            concurrency: plan.scale_acquire_concurrency,
-                        };
-                        let row = scale::in_child(&opened, &job).await?;
-                        eprintln!(
-                            "  scale {n}: acquired {} in {:.1} s; {:.3} CPU s/s, {:.0} B/lease, renewals {}/{} done, {} failed, {} missed",
-                            row.acquired,
-                            row.acquire_secs,
-                            row.cpu_per_sec,
-                            row.rss_per_lease_bytes,
-                            row.renewals_ok,
-                            row.renewals_due,
-                            row.renewal_failures,
-                            row.missed
-                        );
-                        run.scale.push(row);
-                    }
-                }
+                Scenario::Scale => scale::scenario(bench, plan, register, &mut run.scale).await?,
             }
             Ok(())
         }

@@ -1,6 +1,7 @@
 //! The throughput scenarios: cycle (acquire → release of distinct work
-//! IDs), renew and checkpoint of held leases, each beside the store's
-//! baseline and, where one runs here, its peer.
+//! IDs, or over a fixed set of work IDs acquired again and again), renew
+//! and checkpoint of held leases, each beside the store's baseline and,
+//! where one runs here, its peer.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -19,18 +20,60 @@ fn leases(opened: &Opened, plan: &Plan, n: usize) -> Result<Leases> {
     )?)
 }
 
-/// acquire → release of a fresh work ID each time.
+/// The work IDs of a cycle figure.
+#[derive(Clone, Copy)]
+pub enum WorkSet<'a> {
+    /// A fresh work ID for each cycle (each one a new row of the store).
+    Fresh,
+    /// This fixed set, partitioned among the clients (client `n` of `c`
+    /// takes the IDs at `n`, `n + c`, `n + 2c`, ... in turn), so that no
+    /// two clients ever want the same one.
+    Reused(&'a [String]),
+}
+
+/// The work IDs (or peer keys) one cycling client goes through.
+enum WorkIds {
+    Fresh { prefix: String, i: u64 },
+    Reused { ids: Vec<String>, i: usize },
+}
+
+impl WorkIds {
+    /// Client `n`'s of `clients`, under `prefix` for fresh IDs.
+    fn new(set: WorkSet<'_>, prefix: String, n: usize, clients: usize) -> Self {
+        match set {
+            WorkSet::Fresh => WorkIds::Fresh { prefix, i: 0 },
+            WorkSet::Reused(ids) => WorkIds::Reused {
+                ids: ids.iter().skip(n).step_by(clients).cloned().collect(),
+                i: 0,
+            },
+        }
+    }
+
+    fn next(&mut self) -> String {
+        match self {
+            WorkIds::Fresh { prefix, i } => {
+                *i += 1;
+                format!("{prefix}{i}")
+            }
+            WorkIds::Reused { ids, i } => {
+                let id = ids[*i].clone();
+                *i = (*i + 1) % ids.len();
+                id
+            }
+        }
+    }
+}
+
+/// acquire → release of the client's next work ID.
 struct Cycle {
     leases: Leases,
-    prefix: String,
-    i: u64,
+    ids: WorkIds,
 }
 
 #[async_trait]
 impl Client for Cycle {
     async fn op(&mut self) -> Result<()> {
-        self.i += 1;
-        let work = format!("{}{}", self.prefix, self.i);
+        let work = self.ids.next();
         let token = self.leases.acquire(&work, AcquireOptions::new()).await?;
         self.leases.release(token).await?;
         Ok(())
@@ -54,18 +97,16 @@ impl Client for Cas {
     }
 }
 
-/// The peer's lock → unlock of a fresh key each time.
+/// The peer's lock → unlock of the client's next key.
 struct PeerCycle {
     client: Box<dyn PeerClient>,
-    prefix: String,
-    i: u64,
+    keys: WorkIds,
 }
 
 #[async_trait]
 impl Client for PeerCycle {
     async fn op(&mut self) -> Result<()> {
-        self.i += 1;
-        let key = format!("{}{}", self.prefix, self.i);
+        let key = self.keys.next();
         self.client.try_lock(&key).await?;
         self.client.unlock(&key).await
     }
@@ -122,7 +163,9 @@ impl Client for PeerExtend {
     }
 }
 
-async fn cas_clients(
+/// `clients` baseline clients, each doing `n` compare-and-sets of `bytes`
+/// bytes per operation on a register of its own.
+pub async fn cas_clients(
     opened: &Opened,
     clients: usize,
     n: usize,
@@ -140,20 +183,62 @@ async fn cas_clients(
     Ok(v)
 }
 
-/// Cycle figures at `clients` concurrent clients: ours, the baseline (two
-/// compare-and-sets: one for the acquire, one for the release) and the
-/// peer (lock → unlock).
-pub async fn cycle(opened: &Opened, plan: &Plan, clients: usize) -> Result<Vec<OpRow>> {
+/// A fixed set of `n` work IDs for [`WorkSet::Reused`], each acquired and
+/// released once (in batches) so that every one has its row before the
+/// figures are measured.
+pub async fn reused_ids(opened: &Opened, plan: &Plan, n: usize) -> Result<Vec<String>> {
+    let ids: Vec<String> = (0..n).map(|i| format!("job-{i}")).collect();
+    let leases = Leases::new(opened.store.clone(), Config::new("bench-seed", plan.ttl))?;
+    let tokens = leases.acquire_many(&ids, n).await?;
+    if tokens.len() != n {
+        return Err(format!(
+            "only {} of the {n} reused work IDs were granted",
+            tokens.len()
+        )
+        .into());
+    }
+    for outcome in leases.release_many(tokens).await? {
+        outcome?;
+    }
+    Ok(ids)
+}
+
+/// Cycle figures at `clients` concurrent clients over `set`: ours, the
+/// baseline (two compare-and-sets: one for the acquire, one for the
+/// release) and the peer (lock → unlock of the same names as keys).
+pub async fn cycle(
+    opened: &Opened,
+    plan: &Plan,
+    clients: usize,
+    set: WorkSet<'_>,
+) -> Result<Vec<OpRow>> {
+    let what = match set {
+        WorkSet::Fresh => "a fresh work ID".to_string(),
+        WorkSet::Reused(ids) => {
+            if ids.len() < clients {
+                return Err(format!(
+                    "{} reused work IDs cannot be shared by {clients} clients",
+                    ids.len()
+                )
+                .into());
+            }
+            format!(
+                "one of {} reused work IDs (at least {} per client, in turn)",
+                ids.len(),
+                ids.len() / clients
+            )
+        }
+    };
+    let ids = |n: usize| WorkIds::new(set, format!("cycle-{clients}-{n}-"), n, clients);
     let mut ours: Vec<Box<dyn Client>> = Vec::new();
     for n in 0..clients {
         ours.push(Box::new(Cycle {
             leases: leases(opened, plan, n)?,
-            prefix: format!("cycle-{clients}-{n}-"),
-            i: 0,
+            ids: ids(n),
         }));
     }
     let mut contestants = vec![
-        Contestant::new(Variant::Ours, "acquire + release of a fresh work ID", ours),
+        Contestant::new(Variant::Ours, format!("acquire + release of {what}"), ours),
         Contestant::new(
             Variant::Baseline,
             "2 compare-and-sets",
@@ -165,13 +250,16 @@ pub async fn cycle(opened: &Opened, plan: &Plan, clients: usize) -> Result<Vec<O
         for n in 0..clients {
             v.push(Box::new(PeerCycle {
                 client: peer.client(false).await?,
-                prefix: format!("cycle-{clients}-{n}-"),
-                i: 0,
+                keys: ids(n),
             }));
         }
+        let key = match set {
+            WorkSet::Fresh => "a fresh key".to_string(),
+            WorkSet::Reused(ids) => format!("one of {} reused keys", ids.len()),
+        };
         contestants.push(Contestant::new(
             Variant::Peer,
-            "lock + unlock of a fresh key",
+            format!("lock + unlock of {key}"),
             v,
         ));
     }

@@ -27,6 +27,10 @@ pub struct Run {
     pub skipped: Vec<Skipped>,
     /// acquire → release of distinct work IDs.
     pub cycle: Vec<OpRow>,
+    /// acquire → release over a fixed set of work IDs, acquired again and
+    /// again.
+    #[serde(default)]
+    pub cycle_reused: Vec<OpRow>,
     /// renew of held leases.
     pub renew: Vec<OpRow>,
     /// checkpoint of held leases.
@@ -68,6 +72,9 @@ pub struct PlanInfo {
     pub slices: u32,
     /// TTL of the leases in cycle, renew, checkpoint and hand-off, ms.
     pub ttl_ms: u64,
+    /// Cycle over reused work IDs: the fixed set's size.
+    #[serde(default)]
+    pub cycle_reused_ids: usize,
     /// Hand-offs measured per configuration (at most).
     pub handoffs: usize,
     /// Time a new holder keeps the lease before it releases, ms.
@@ -80,6 +87,12 @@ pub struct PlanInfo {
     pub scale_window_secs: f64,
     /// Scale: longest time to acquire the leases, seconds.
     pub scale_acquire_limit_secs: f64,
+    /// Scale: work IDs per `acquire_many` call (at most).
+    #[serde(default)]
+    pub scale_acquire_batch: usize,
+    /// Scale: `acquire_many` calls in flight at once.
+    #[serde(default)]
+    pub scale_acquire_in_flight: usize,
 }
 
 /// A store as measured.
@@ -95,6 +108,11 @@ pub struct StoreInfo {
     pub baseline: String,
     /// What the peer lock is, if one runs here.
     pub peer: Option<String>,
+    /// A register store (no clock of its own,
+    /// `ExpiryClock::Observation`, such as S3): every operation is a read
+    /// and a conditional write, two requests.
+    #[serde(default)]
+    pub register: bool,
 }
 
 /// Something left out of a run.
@@ -316,6 +334,63 @@ pub struct ScaleRow {
     /// The least lease time left when a renewal came back, ms (how close
     /// the closest call came).
     pub min_left_ms: Option<f64>,
+    /// The store's batch size (`LeaseStore::max_batch`).
+    #[serde(default)]
+    pub max_batch: Option<usize>,
+    /// Renewal ticks in the window: window / interval.
+    #[serde(default)]
+    pub ticks: Option<u64>,
+    /// Batch renewal store calls (`renew_many`) that ended in the window.
+    #[serde(default)]
+    pub renew_calls: Option<u64>,
+    /// Their durations added up, seconds.
+    #[serde(default)]
+    pub renew_call_secs: Option<f64>,
+    /// Register stores: the server's conditional writes per second at
+    /// `max_batch` clients (the baseline's), measured just before the
+    /// scale process ran.
+    #[serde(default)]
+    pub register_requests_per_sec: Option<f64>,
+}
+
+impl ScaleRow {
+    /// Requests of one renewal on a register store: a read and a
+    /// conditional write.
+    pub const REGISTER_REQUESTS_PER_RENEWAL: f64 = 2.0;
+
+    /// Batch renewal store calls per renewal tick, in the window.
+    pub fn calls_per_tick(&self) -> Option<f64> {
+        Some(self.renew_calls? as f64 / self.ticks?.max(1) as f64)
+    }
+
+    /// Leases due per renewal tick: the renewal attempts sent in the window
+    /// per tick (the acquired leases, while their renewals keep their
+    /// schedule; fewer once renewals fall behind or leases are lost).
+    pub fn due_per_tick(&self) -> Option<f64> {
+        Some((self.renewals_ok + self.renewal_failures) as f64 / self.ticks?.max(1) as f64)
+    }
+
+    /// The fewest store calls a tick can take: ceil(leases due per tick /
+    /// batch size).
+    pub fn calls_bound(&self) -> Option<u64> {
+        Some((self.due_per_tick()? / self.max_batch?.max(1) as f64).ceil() as u64)
+    }
+
+    /// CPU time of the process per renewal done in the window, µs.
+    pub fn cpu_us_per_renewal(&self) -> Option<f64> {
+        (self.renewals_ok > 0)
+            .then(|| self.cpu_per_sec * self.window_secs * 1e6 / self.renewals_ok as f64)
+    }
+
+    /// Register stores: the leases one process can keep renewed at the
+    /// measured request rate: requests/s × interval / requests per renewal.
+    pub fn register_ceiling(&self) -> Option<f64> {
+        Some(
+            self.register_requests_per_sec? * self.renew_interval_ms as f64
+                / 1000.0
+                / Self::REGISTER_REQUESTS_PER_RENEWAL,
+        )
+    }
 }
 
 #[cfg(test)]
