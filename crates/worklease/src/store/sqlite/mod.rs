@@ -1,9 +1,11 @@
 //! The embedded SQLite store: one file shared by many processes on one host.
 //!
 //! * **Atomicity.** Every operation is one `BEGIN IMMEDIATE` transaction:
-//!   read the row, decide with the shared lease rules, write, commit. WAL
-//!   mode lets readers (`status`) run beside a writer; a busy timeout
-//!   (default 5 s) queues writers of other processes.
+//!   read the row, decide with the shared lease rules, write, commit (a
+//!   renewal of the current, live lease is one guarded `UPDATE` whose
+//!   condition is those rules; any other renewal reads the row to name
+//!   its error). WAL mode lets readers (`status`) run beside a writer; a
+//!   busy timeout (default 5 s) queues writers of other processes.
 //! * **Clock.** Expiry is judged by the host's monotonic clock
 //!   (`CLOCK_MONOTONIC`), stored with the boot ID
 //!   (`/proc/sys/kernel/random/boot_id`). A wall-clock step changes
@@ -25,6 +27,47 @@
 //! * **Cancellation.** A call whose future is dropped while it waits for
 //!   the file's write lock is rolled back rather than committed, so an
 //!   abandoned acquisition or renewal leaves no lease behind.
+//! * **Batches.** [`LeaseStore::renew_many`], [`LeaseStore::acquire_many`]
+//!   and [`LeaseStore::release_many`] are each ONE `BEGIN IMMEDIATE`
+//!   transaction of at most [`MAX_BATCH`] (500) leases, in which every
+//!   lease takes the step of its single call, with the statements prepared
+//!   once for the batch, one clock reading (taken under the write lock) for
+//!   all its leases, and one commit (one WAL `fsync`). Statements per
+//!   lease: `renew_many` one guarded `UPDATE`, plus a `SELECT` for a lease
+//!   that is not the current live one (to name its error); `acquire_many`,
+//!   per work ID tried, a `SELECT` of the row and of the fencing sequence,
+//!   and for a grant an `UPDATE` of the sequence and an upsert of the row,
+//!   stopping once `max` are granted; `release_many` a `SELECT` and an
+//!   upsert, and after the commit it wakes this value's waiters of each
+//!   released lease, as `release` does. An empty batch opens no
+//!   transaction. Every statement finds its row by the primary key
+//!   (`work_id`), so no further index would help: the schema is unchanged. The limit comes from the write lock a batch holds:
+//!   every other process's writer waits for the whole batch. Measured in a
+//!   release build on a shared, busy 2-core VM, with 10,000 and 100,000
+//!   leases in one file: `renew_many` of 500 takes 1.2–2.6 ms (median; up
+//!   to 6 ms while other builds load the host), 3–5 µs CPU per lease,
+//!   where a single `renew` costs 80–250 µs CPU and a commit;
+//!   `acquire_many` and `release_many` of 500 take 4–9 ms, 6–8 µs CPU per
+//!   lease. The slowest calls (15–40 ms, about one in fifty at 100,000
+//!   leases) are those that also run SQLite's automatic WAL checkpoint
+//!   after their commit, a passive one that other writers do not wait
+//!   for. 500 keeps a batch within a few milliseconds; twice as many
+//!   would halve the commits, a small part of the cost, and double the
+//!   wait.
+//!   A batch is all or nothing: `Held`, `Fenced`, `Expired` and a stored
+//!   row that cannot be decoded are one lease's outcome, while a failure
+//!   of SQLite itself (a failed statement, I/O, a full disk, the busy
+//!   timeout, a replaced file, a caller that gave up) fails the whole call
+//!   and rolls it back: nothing of it is written, and a failed
+//!   `acquire_many` grants nothing and uses no fencing token. Not
+//!   guaranteed: fairness between processes beyond SQLite's busy handler
+//!   (a process sending batches back to back can delay another's writes,
+//!   up to its busy timeout); and a batch is judged at its one clock
+//!   reading, so a lease of a batch that runs 2 ms counts as unexpired
+//!   for those 2 ms. No writer can tell (every writer waits for the
+//!   batch), the holder's own deadline is earlier still, and only a
+//!   reader (`status`) may see such a lease expired just before the batch
+//!   commits its renewal.
 //! * **The file stays the file.** Every transaction checks that the path
 //!   still names the file opened (device and inode): a store whose file
 //!   was deleted or replaced refuses every call, so its holders give up by
@@ -45,13 +88,17 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Result, StoreError};
 use crate::store::notify::Watchers;
+#[cfg(doc)]
+use crate::store::LeaseStore;
 
+mod batch;
 mod clock;
 mod file;
 mod ops;
 mod row;
 mod schema;
 
+pub use batch::MAX_BATCH;
 pub use clock::{BootClock, ClockReading, StoreClock, TokioClock};
 pub use schema::SCHEMA_VERSION;
 

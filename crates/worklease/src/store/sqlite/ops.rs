@@ -1,4 +1,5 @@
-//! The lease operations, each one IMMEDIATE transaction.
+//! The lease operations, each one IMMEDIATE transaction, and the step of
+//! each inside its transaction, which the batches share.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,15 +8,15 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use rusqlite::{params, TransactionBehavior};
+use rusqlite::TransactionBehavior;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::record::{self, Phase};
 use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
-use super::row::{load, row_from, save, Row, READ_SEQUENCE, SELECT_ALL, WRITE_SEQUENCE};
-use super::{db_err, ClockReading, SqliteStore, KIND};
+use super::row::{row_from, Expiry, Row, Statements, SELECT_ALL};
+use super::{db_err, ClockReading, SqliteStore, KIND, MAX_BATCH};
 
 /// Marks a blocking transaction abandoned when the future awaiting it is
 /// dropped (or has finished: the flag is then read by nobody).
@@ -35,7 +36,7 @@ impl SqliteStore {
     /// (an abandoned acquisition, a renewal past its deadline), the
     /// transaction is rolled back: the blocking thread cannot be stopped,
     /// but it checks before committing.
-    async fn tx<T: Send + 'static>(
+    pub(super) async fn tx<T: Send + 'static>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -66,35 +67,132 @@ impl SqliteStore {
         .map_err(|e| StoreError::with_source(KIND, "store task failed", e))?
     }
 
-    /// Runs `f` on the current, live row of `lease` and writes the row back
-    /// when `write` is set.
-    async fn update_current<T: Send + 'static>(
+    /// `step` for `lease` in one transaction.
+    async fn one<T: Send + 'static>(
         &self,
         lease: LeaseRef<'_>,
-        write: bool,
-        f: impl FnOnce(&mut Row, &ClockReading) -> T + Send + 'static,
+        step: impl FnOnce(&mut Statements<'_>, &ClockReading, LeaseRef<'_>) -> Result<T>
+            + Send
+            + 'static,
     ) -> Result<T> {
-        let work_id = lease.work_id.clone();
-        let holder_id = lease.holder_id.clone();
-        let fencing_token = lease.fencing_token;
-        self.tx(move |tx, now| {
-            let lease = LeaseRef {
-                work_id: &work_id,
-                holder_id: &holder_id,
-                fencing_token,
-            };
-            let Some(mut row) = load(tx, &work_id)? else {
-                return Err(record::fenced(lease));
-            };
-            record::check_current(Some(&row.record), lease, row.unexpired(now))?;
-            let out = f(&mut row, now);
-            if write {
-                save(tx, &work_id, &row)?;
-            }
-            Ok(out)
-        })
-        .await
+        let lease = OwnedLease::of(lease);
+        self.tx(move |tx, now| step(&mut Statements::new(tx), now, lease.lease()))
+            .await
     }
+}
+
+/// A lease named by a call, owned so that it can go to the blocking thread.
+pub(super) struct OwnedLease {
+    work_id: WorkId,
+    holder_id: HolderId,
+    fencing_token: u64,
+}
+
+impl OwnedLease {
+    pub(super) fn of(lease: LeaseRef<'_>) -> Self {
+        Self {
+            work_id: lease.work_id.clone(),
+            holder_id: lease.holder_id.clone(),
+            fencing_token: lease.fencing_token,
+        }
+    }
+
+    pub(super) fn lease(&self) -> LeaseRef<'_> {
+        LeaseRef {
+            work_id: &self.work_id,
+            holder_id: &self.holder_id,
+            fencing_token: self.fencing_token,
+        }
+    }
+}
+
+/// Runs `f` on the current, live row of `lease` and writes the row back
+/// when `write` is set, inside a transaction: the step of a renewal,
+/// checkpoint, read or release, alone or in a batch.
+fn current_step<T>(
+    st: &mut Statements<'_>,
+    now: &ClockReading,
+    lease: LeaseRef<'_>,
+    write: bool,
+    f: impl FnOnce(&mut Row, &ClockReading) -> T,
+) -> Result<T> {
+    let Some(mut row) = st.load(lease.work_id)? else {
+        return Err(record::fenced(lease));
+    };
+    record::check_current(Some(&row.record), lease, row.unexpired(now))?;
+    let out = f(&mut row, now);
+    if write {
+        st.save(lease.work_id, &row)?;
+    }
+    Ok(out)
+}
+
+/// A renewal inside a transaction, alone or in a batch. The current, live
+/// acquisition is extended by one guarded UPDATE (the condition of
+/// [`current_step`] in SQL); anything else takes [`current_step`], which
+/// returns its error (or, should the two ever disagree, renews it).
+pub(super) fn renew_step(
+    st: &mut Statements<'_>,
+    now: &ClockReading,
+    lease: LeaseRef<'_>,
+    ttl: Duration,
+) -> Result<SystemTime> {
+    let expiry = Expiry::new(now, ttl);
+    if st.extend_if_live(lease, now, &expiry)? {
+        return Ok(expiry.wall);
+    }
+    current_step(st, now, lease, true, |row, now| row.extend(now, ttl))
+}
+
+/// A release inside a transaction, alone or in a batch.
+pub(super) fn release_step(
+    st: &mut Statements<'_>,
+    now: &ClockReading,
+    lease: LeaseRef<'_>,
+) -> Result<()> {
+    current_step(st, now, lease, true, |row, now| {
+        row.end_now(now, Phase::Released)
+    })
+}
+
+/// An acquisition inside a transaction: the step of `acquire` and of each
+/// work ID of `acquire_many`.
+pub(super) fn acquire_step(
+    st: &mut Statements<'_>,
+    now: &ClockReading,
+    work_id: &WorkId,
+    holder_id: &HolderId,
+    ttl: Duration,
+) -> Result<Grant> {
+    let current = st.load(work_id)?;
+    // max() guards against a sequence row edited by hand.
+    let next = st
+        .last_token()?
+        .max(current.as_ref().map_or(0, |r| r.record.fencing_token))
+        + 1;
+    let record = record::acquire(
+        current.as_ref().map(|r| &r.record),
+        current.as_ref().is_some_and(|r| r.unexpired(now)),
+        work_id,
+        holder_id,
+        crate::limits::ceil_millis(ttl),
+        next,
+        current.as_ref().and_then(|r| r.remaining(now)),
+    )?;
+    st.set_last_token(next)?;
+    let mut row = Row {
+        record,
+        clock_epoch: String::new(),
+        expires_clock_ms: 0,
+        expires_at_unix_ms: 0,
+    };
+    let expires_at = row.extend(now, ttl);
+    st.save(work_id, &row)?;
+    Ok(Grant {
+        fencing_token: next,
+        expires_at,
+        handoff: row.record.handoff(),
+    })
 }
 
 #[async_trait]
@@ -111,45 +209,13 @@ impl LeaseStore for SqliteStore {
     ) -> Result<Grant> {
         let (work_id, holder_id) = (work_id.clone(), holder_id.clone());
         self.tx(move |tx, now| {
-            let current = load(tx, &work_id)?;
-            let last: i64 = tx
-                .prepare_cached(READ_SEQUENCE)
-                .and_then(|mut s| s.query_row([], |r| r.get(0)))
-                .map_err(db_err("cannot read the fencing sequence"))?;
-            // max() guards against a sequence row edited by hand.
-            let next =
-                (last as u64).max(current.as_ref().map_or(0, |r| r.record.fencing_token)) + 1;
-            let record = record::acquire(
-                current.as_ref().map(|r| &r.record),
-                current.as_ref().is_some_and(|r| r.unexpired(now)),
-                &work_id,
-                &holder_id,
-                crate::limits::ceil_millis(ttl),
-                next,
-                current.as_ref().and_then(|r| r.remaining(now)),
-            )?;
-            tx.prepare_cached(WRITE_SEQUENCE)
-                .and_then(|mut s| s.execute(params![next as i64]))
-                .map_err(db_err("cannot advance the fencing sequence"))?;
-            let mut row = Row {
-                record,
-                clock_epoch: String::new(),
-                expires_clock_ms: 0,
-                expires_at_unix_ms: 0,
-            };
-            let expires_at = row.extend(now, ttl);
-            save(tx, &work_id, &row)?;
-            Ok(Grant {
-                fencing_token: next,
-                expires_at,
-                handoff: row.record.handoff(),
-            })
+            acquire_step(&mut Statements::new(tx), now, &work_id, &holder_id, ttl)
         })
         .await
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        self.update_current(lease, true, move |row, now| row.extend(now, ttl))
+        self.one(lease, move |st, now, l| renew_step(st, now, l, ttl))
             .await
     }
 
@@ -159,21 +225,24 @@ impl LeaseStore for SqliteStore {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        self.update_current(lease, true, move |row, now| {
-            row.record.checkpoint = Some(data);
-            row.extend(now, ttl)
+        self.one(lease, move |st, now, l| {
+            current_step(st, now, l, true, |row, now| {
+                row.record.checkpoint = Some(data);
+                row.extend(now, ttl)
+            })
         })
         .await
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        self.update_current(lease, false, |row, _| record::read(&row.record))
-            .await
+        self.one(lease, |st, now, l| {
+            current_step(st, now, l, false, |row, _| record::read(&row.record))
+        })
+        .await
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        self.update_current(lease, true, |row, now| row.end_now(now, Phase::Released))
-            .await?;
+        self.one(lease, release_step).await?;
         self.watchers.notify(lease.work_id);
         Ok(())
     }
@@ -205,19 +274,46 @@ impl LeaseStore for SqliteStore {
         let id = work_id.clone();
         let before = self
             .tx(move |tx, now| {
-                let Some(mut row) = load(tx, &id)? else {
+                let mut st = Statements::new(tx);
+                let Some(mut row) = st.load(&id)? else {
                     return Ok(None);
                 };
                 let before = row.info(id.clone(), now);
                 if row.record.is_live(row.unexpired(now)) {
                     row.end_now(now, Phase::Revoked);
-                    save(tx, &id, &row)?;
+                    st.save(&id, &row)?;
                 }
                 Ok(Some(before))
             })
             .await?;
         self.watchers.notify(work_id);
         Ok(before)
+    }
+
+    fn max_batch(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn renew_many(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        self.renew_batch(leases, ttl).await
+    }
+
+    async fn acquire_many(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        self.acquire_batch(work_ids, holder_id, ttl, max).await
+    }
+
+    async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        self.release_batch(leases).await
     }
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {

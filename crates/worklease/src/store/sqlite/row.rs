@@ -4,14 +4,39 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transaction};
 
 use crate::error::Result;
 use crate::limits::WorkId;
 use crate::store::record::{Phase, Record};
-use crate::store::{LeaseEnd, LeaseInfo, PreviousHolder};
+use crate::store::{LeaseEnd, LeaseInfo, LeaseRef, PreviousHolder};
 
 use super::{db_err, ClockReading};
+
+/// A new expiry: a TTL from a reading of the store clock.
+pub(super) struct Expiry {
+    ttl_ms: u64,
+    clock_ms: u64,
+    unix_ms: u64,
+    /// The wall-clock estimate the holder gets.
+    pub(super) wall: SystemTime,
+}
+
+impl Expiry {
+    pub(super) fn new(now: &ClockReading, ttl: Duration) -> Self {
+        let ttl_ms = crate::limits::ceil_millis(ttl);
+        let wall = SystemTime::now() + ttl;
+        Self {
+            ttl_ms,
+            // The reading is truncated to the millisecond: the true now may
+            // be up to 1 ms later. Rounding up keeps the store's expiry at
+            // or after the holder's deadline (send time + TTL - margin).
+            clock_ms: now.millis + 1 + ttl_ms,
+            unix_ms: crate::token::unix_millis(wall),
+            wall,
+        }
+    }
+}
 
 /// A lease row: the shared record plus its expiry on the store clock.
 pub(super) struct Row {
@@ -32,15 +57,12 @@ impl Row {
     }
 
     pub(super) fn extend(&mut self, now: &ClockReading, ttl: Duration) -> SystemTime {
-        self.record.ttl_ms = crate::limits::ceil_millis(ttl);
+        let e = Expiry::new(now, ttl);
+        self.record.ttl_ms = e.ttl_ms;
         self.clock_epoch = now.epoch.clone();
-        // The reading is truncated to the millisecond: the true now may be
-        // up to 1 ms later. Rounding up keeps the store's expiry at or after
-        // the holder's deadline (send time + TTL - margin).
-        self.expires_clock_ms = now.millis + 1 + self.record.ttl_ms;
-        let wall = SystemTime::now() + ttl;
-        self.expires_at_unix_ms = crate::token::unix_millis(wall);
-        wall
+        self.expires_clock_ms = e.clock_ms;
+        self.expires_at_unix_ms = e.unix_ms;
+        e.wall
     }
 
     pub(super) fn end_now(&mut self, now: &ClockReading, phase: Phase) {
@@ -85,14 +107,28 @@ pub(super) const SELECT_ALL: &str = concat!(
     columns!(),
     " FROM worklease_leases ORDER BY work_id"
 );
+// An upsert that updates a row in place (`INSERT OR REPLACE` would delete
+// and reinsert it, touching the primary-key index twice).
 const UPSERT: &str = concat!(
-    "INSERT OR REPLACE INTO worklease_leases (work_id, ",
+    "INSERT INTO worklease_leases (work_id, ",
     columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+     ON CONFLICT (work_id) DO UPDATE SET holder_id = excluded.holder_id, \
+     fencing_token = excluded.fencing_token, ttl_ms = excluded.ttl_ms, phase = excluded.phase, \
+     clock_epoch = excluded.clock_epoch, expires_clock_ms = excluded.expires_clock_ms, \
+     expires_at_unix_ms = excluded.expires_at_unix_ms, checkpoint = excluded.checkpoint, \
+     prev_holder_id = excluded.prev_holder_id, prev_fencing_token = excluded.prev_fencing_token, \
+     prev_end = excluded.prev_end"
 );
-pub(super) const READ_SEQUENCE: &str =
-    "SELECT value FROM worklease_sequence WHERE name = 'fencing_token'";
-pub(super) const WRITE_SEQUENCE: &str =
+// A renewal of a live lease in one statement: the condition is
+// `record::check_current`'s (this acquisition, held) and `Row::unexpired`
+// (this epoch, not yet expired); the clock epoch stays what it is.
+const EXTEND_LIVE: &str = "UPDATE worklease_leases \
+     SET ttl_ms = ?1, expires_clock_ms = ?2, expires_at_unix_ms = ?3 \
+     WHERE work_id = ?4 AND holder_id = ?5 AND fencing_token = ?6 AND phase = ?7 \
+     AND clock_epoch = ?8 AND expires_clock_ms > ?9";
+const READ_SEQUENCE: &str = "SELECT value FROM worklease_sequence WHERE name = 'fencing_token'";
+const WRITE_SEQUENCE: &str =
     "UPDATE worklease_sequence SET value = ?1 WHERE name = 'fencing_token'";
 
 fn corrupt(what: &str) -> rusqlite::Error {
@@ -128,36 +164,109 @@ pub(super) fn row_from(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row
     })
 }
 
-pub(super) fn load(tx: &rusqlite::Transaction<'_>, work_id: &WorkId) -> Result<Option<Row>> {
-    let mut stmt = tx
-        .prepare_cached(SELECT_ONE)
-        .map_err(db_err("cannot read the lease"))?;
-    Ok(stmt
-        .query_row(params![work_id.as_str()], |r| row_from(r, 0))
-        .optional()
-        .map_err(db_err("cannot read the lease"))?)
+/// The statements of the lease steps, each taken from the connection's
+/// cache on its first use in a transaction and reused for every lease of
+/// a batch.
+pub(super) struct Statements<'tx> {
+    conn: &'tx Connection,
+    select: Option<CachedStatement<'tx>>,
+    upsert: Option<CachedStatement<'tx>>,
+    extend_live: Option<CachedStatement<'tx>>,
+    read_sequence: Option<CachedStatement<'tx>>,
+    write_sequence: Option<CachedStatement<'tx>>,
 }
 
-pub(super) fn save(tx: &rusqlite::Transaction<'_>, work_id: &WorkId, row: &Row) -> Result<()> {
-    let r = &row.record;
-    let prev = r.previous.as_ref();
-    let mut stmt = tx
-        .prepare_cached(UPSERT)
-        .map_err(db_err("cannot write the lease"))?;
-    stmt.execute(params![
-        work_id.as_str(),
-        r.holder_id,
-        r.fencing_token as i64,
-        r.ttl_ms as i64,
-        r.phase.as_str(),
-        row.clock_epoch,
-        row.expires_clock_ms as i64,
-        row.expires_at_unix_ms as i64,
-        r.checkpoint.as_deref(),
-        prev.map(|p| p.holder_id.as_str()),
-        prev.map(|p| p.fencing_token as i64),
-        prev.map(|p| p.ended.as_str()),
-    ])
-    .map_err(db_err("cannot write the lease"))?;
-    Ok(())
+/// The statement in `slot`, prepared (from the cache) if it is not yet.
+fn prepared<'s, 'tx>(
+    conn: &'tx Connection,
+    slot: &'s mut Option<CachedStatement<'tx>>,
+    sql: &str,
+) -> Result<&'s mut CachedStatement<'tx>> {
+    let stmt = match slot.take() {
+        Some(stmt) => stmt,
+        None => conn
+            .prepare_cached(sql)
+            .map_err(db_err("cannot prepare a statement"))?,
+    };
+    Ok(slot.insert(stmt))
+}
+
+impl<'tx> Statements<'tx> {
+    pub(super) fn new(tx: &'tx Transaction<'_>) -> Self {
+        Self {
+            conn: tx,
+            select: None,
+            upsert: None,
+            extend_live: None,
+            read_sequence: None,
+            write_sequence: None,
+        }
+    }
+
+    pub(super) fn load(&mut self, work_id: &WorkId) -> Result<Option<Row>> {
+        Ok(prepared(self.conn, &mut self.select, SELECT_ONE)?
+            .query_row(params![work_id.as_str()], |r| row_from(r, 0))
+            .optional()
+            .map_err(db_err("cannot read the lease"))?)
+    }
+
+    pub(super) fn save(&mut self, work_id: &WorkId, row: &Row) -> Result<()> {
+        let r = &row.record;
+        let prev = r.previous.as_ref();
+        prepared(self.conn, &mut self.upsert, UPSERT)?
+            .execute(params![
+                work_id.as_str(),
+                r.holder_id,
+                r.fencing_token as i64,
+                r.ttl_ms as i64,
+                r.phase.as_str(),
+                row.clock_epoch,
+                row.expires_clock_ms as i64,
+                row.expires_at_unix_ms as i64,
+                r.checkpoint.as_deref(),
+                prev.map(|p| p.holder_id.as_str()),
+                prev.map(|p| p.fencing_token as i64),
+                prev.map(|p| p.ended.as_str()),
+            ])
+            .map_err(db_err("cannot write the lease"))?;
+        Ok(())
+    }
+
+    /// Gives `lease` the new expiry if it is the current, live
+    /// acquisition; false (nothing written) otherwise.
+    pub(super) fn extend_if_live(
+        &mut self,
+        lease: LeaseRef<'_>,
+        now: &ClockReading,
+        e: &Expiry,
+    ) -> Result<bool> {
+        let changed = prepared(self.conn, &mut self.extend_live, EXTEND_LIVE)?
+            .execute(params![
+                e.ttl_ms as i64,
+                e.clock_ms as i64,
+                e.unix_ms as i64,
+                lease.work_id.as_str(),
+                lease.holder_id.as_str(),
+                lease.fencing_token as i64,
+                Phase::Held.as_str(),
+                now.epoch,
+                now.millis as i64,
+            ])
+            .map_err(db_err("cannot renew the lease"))?;
+        Ok(changed == 1)
+    }
+
+    /// The last fencing token handed out.
+    pub(super) fn last_token(&mut self) -> Result<u64> {
+        Ok(prepared(self.conn, &mut self.read_sequence, READ_SEQUENCE)?
+            .query_row([], |r| r.get::<_, i64>(0))
+            .map_err(db_err("cannot read the fencing sequence"))? as u64)
+    }
+
+    pub(super) fn set_last_token(&mut self, token: u64) -> Result<()> {
+        prepared(self.conn, &mut self.write_sequence, WRITE_SEQUENCE)?
+            .execute(params![token as i64])
+            .map_err(db_err("cannot advance the fencing sequence"))?;
+        Ok(())
+    }
 }
