@@ -69,14 +69,14 @@ macro_rules! checked_id {
     ($(#[$doc:meta])* $name:ident, $what:literal, $max:ident, $empty:ident) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(String);
+        pub struct $name(std::sync::Arc<str>);
 
         impl $name {
             #[doc = concat!("Checks `s` and wraps it.\n\n# Errors\n[`InvalidInput`] when `s` is empty, longer than [`", stringify!($max), "`] bytes, or contains a control character.")]
             pub fn new(s: impl Into<String>) -> Result<Self, InvalidInput> {
-                let s = s.into();
+                let s: String = s.into();
                 check_id(&s, $what, $max, InvalidInput::$empty { max: $max })?;
-                Ok(Self(s))
+                Ok(Self(s.into()))
             }
 
             /// The ID as text.
@@ -115,13 +115,15 @@ macro_rules! checked_id {
 checked_id!(
     /// A checked work ID: 1 to [`MAX_WORK_ID_BYTES`] bytes of UTF-8 without
     /// control characters. Any other character (`/`, `:`, `{`, spaces,
-    /// non-ASCII) is allowed and kept distinct by every store.
+    /// non-ASCII) is allowed and kept distinct by every store. Clones
+    /// share the text.
     WorkId, "work ID", MAX_WORK_ID_BYTES, EmptyWorkId
 );
 
 checked_id!(
     /// A checked holder ID: 1 to [`MAX_HOLDER_ID_BYTES`] bytes of UTF-8
-    /// without control characters.
+    /// without control characters. Clones share the text (every token of
+    /// a handle names its holder).
     HolderId, "holder ID", MAX_HOLDER_ID_BYTES, EmptyHolderId
 );
 

@@ -7,10 +7,14 @@
 //! backoff ([`RenewalOptions`]), its own deadline (the send time of its
 //! last successful acquire or renew, plus the TTL, minus the safety
 //! margin), its own lost signal and cause, and its [`Renewal`] handle. The
-//! scheduler wakes when the earliest lease falls due, takes with it every
-//! lease due within an eighth of its own interval (renewed that much early),
-//! and sends them in batches of at most the store's
-//! [`LeaseStore::max_batch`], up to [`MAX_BATCHES_IN_FLIGHT`] at once. A
+//! scheduler wakes when the earliest lease falls due and sends the due
+//! leases in batches of at most the store's [`LeaseStore::max_batch`], up
+//! to [`MAX_BATCHES_IN_FLIGHT`] at once; a batch that the due leases do not
+//! fill takes the leases due soonest, up to half their interval early. The
+//! leases of one batch are due together from then on (the next renewal of
+//! each is one interval after the batch's send), so leases acquired at
+//! scattered moments gather into full batches within a few intervals, and
+//! a tick costs about `ceil(leases due / max_batch)` store calls. A
 //! fenced, expired or revoked lease in a batch fails alone; a store error
 //! (of one lease or of the whole batch) is retried with that lease's
 //! backoff while its deadline allows. A lease whose deadline passes while
@@ -118,9 +122,9 @@ impl SessionHandle {
     }
 }
 
-/// One lease under the scheduler.
+/// One lease under the scheduler. Its token lives in `tx` only (the
+/// handle reads it there): one copy per lease.
 struct Entry {
-    token: Token,
     options: RenewalOptions,
     interval: Duration,
     /// When the next renewal (or retry) is due.
@@ -142,6 +146,13 @@ struct Entry {
     _held: HeldGauge,
 }
 
+impl Entry {
+    /// The latest token.
+    fn token(&self) -> Token {
+        self.tx.borrow().token.clone()
+    }
+}
+
 /// The outcome of one batch: the leases it named (by entry ID), and per
 /// lease the renewed token (its deadline counted from the batch's send
 /// time) or the error.
@@ -150,8 +161,8 @@ type BatchDone = (Vec<u64>, Result<Vec<Result<Token>>>);
 struct Scheduler {
     leases: Weak<Inner>,
     /// The longest renewal interval of any entry so far: no entry is
-    /// renewed more than an eighth of it early, which bounds the scan of
-    /// the due set.
+    /// renewed more than half of it early, which bounds the scan of the
+    /// due set.
     max_interval: Duration,
     entries: HashMap<u64, Entry>,
     /// (next_due, id) of every entry not in flight.
@@ -219,7 +230,6 @@ impl Scheduler {
         let next_due = last_sent.map_or(now, |sent| sent + start.interval);
         let entry = Entry {
             backoff: start.options.backoff_initial(),
-            token: start.token,
             options: start.options,
             interval: start.interval,
             next_due,
@@ -274,7 +284,8 @@ impl Scheduler {
         }
         match lost {
             Some(cause) => {
-                tracing::warn!(work_id = %e.token.work_id, fencing_token = e.token.fencing_token, error = %cause, "lease lost");
+                let token = e.token();
+                tracing::warn!(work_id = %token.work_id, fencing_token = token.fencing_token, error = %cause, "lease lost");
                 metrics::counter!(crate::metrics::LEASES_LOST_TOTAL, "cause" => crate::metrics::error_kind(&cause))
                     .increment(1);
                 e.tx.send_modify(|s| s.lost = Some(cause));
@@ -292,7 +303,7 @@ impl Scheduler {
                 break;
             }
             let last_error = self.entries.get(&id).and_then(|e| e.last_error.clone());
-            let work = self.entries.get(&id).map(|e| e.token.clone());
+            let work = self.entries.get(&id).map(Entry::token);
             let Some(token) = work else {
                 self.deadlines.pop_first();
                 continue;
@@ -310,9 +321,9 @@ impl Scheduler {
         }
     }
 
-    /// Sends the leases that are due (and those due within an eighth of
-    /// their interval) in batches, while fewer than
-    /// [`MAX_BATCHES_IN_FLIGHT`] are in flight.
+    /// Sends the leases that are due in batches, each filled up with the
+    /// leases due soonest (up to half their interval early), while fewer
+    /// than [`MAX_BATCHES_IN_FLIGHT`] are in flight.
     fn send_due(&mut self, now: Instant) {
         let Some(inner) = self.leases.upgrade() else {
             return;
@@ -320,9 +331,9 @@ impl Scheduler {
         let leases = Leases { inner };
         let max = leases.store().max_batch().max(1);
         let window = leases.ttl() - leases.safety_margin();
-        let widest = now + self.max_interval / 8;
-        // A batch goes out only when at least one lease is due; it takes
-        // along those due soon, up to the batch size.
+        let widest = now + self.max_interval / 2;
+        // A batch goes out only when at least one lease is due; it fills
+        // up with those due soonest, up to half their interval early.
         while self.batches.len() < MAX_BATCHES_IN_FLIGHT
             && self.due.first().is_some_and(|&(t, _)| t <= now)
         {
@@ -338,7 +349,7 @@ impl Scheduler {
                     taken.push((due, id));
                     continue;
                 };
-                if due > now + e.interval / 8 {
+                if due > now + e.interval / 2 {
                     continue;
                 }
                 taken.push((due, id));
@@ -368,7 +379,7 @@ impl Scheduler {
                     self.deadlines.insert((d, *id));
                 }
                 give_up = give_up.min(e.deadline.unwrap_or(give_up));
-                tokens.push(e.token.clone());
+                tokens.push(e.token());
                 attempts.push(e.attempt);
             }
             let leases = leases.clone();
@@ -443,7 +454,6 @@ impl Scheduler {
                     }
                     // The deadline counts from the batch's send time.
                     let sent = renewed.deadline.map_or(now, |d| d - window);
-                    e.token = renewed;
                     e.last_sent = Some(sent);
                     e.attempt = 0;
                     e.backoff = e.options.backoff_initial();
@@ -454,8 +464,7 @@ impl Scheduler {
                         sent + e.interval
                     };
                     self.due.insert((e.next_due, id));
-                    let token = e.token.clone();
-                    e.tx.send_modify(|s| s.token = token);
+                    e.tx.send_modify(|s| s.token = renewed);
                 }
                 Err(err) if !err.is_transient() => self.remove(id, Some(err)),
                 Err(err) => {
@@ -467,7 +476,7 @@ impl Scheduler {
                     };
                     let left = deadline.saturating_duration_since(now);
                     if left < Duration::from_millis(1) {
-                        let token = e.token.clone();
+                        let token = e.token();
                         self.remove(
                             id,
                             Some(Error::WindowExhausted {
@@ -485,7 +494,7 @@ impl Scheduler {
                     let factor = 1.0 + rand::thread_rng().gen_range(-jitter..=jitter);
                     let nap = e.backoff.min(left / 2).mul_f64(factor).min(left / 2);
                     if batch_error.is_none() {
-                        tracing::warn!(work_id = %e.token.work_id, attempt = e.attempt, error = %err, retry_in = ?nap, "lease renewal failed");
+                        tracing::warn!(work_id = %e.token().work_id, attempt = e.attempt, error = %err, retry_in = ?nap, "lease renewal failed");
                     }
                     e.last_error = Some(err.to_string());
                     e.backoff = e.backoff.saturating_mul(2).min(e.options.backoff_max());
@@ -504,9 +513,10 @@ impl Scheduler {
         let Some(e) = self.entries.get_mut(&id) else {
             return;
         };
-        tracing::debug!(work_id = %e.token.work_id, "store notification for a held lease: renewing now");
+        let work_id = e.token().work_id;
+        tracing::debug!(work_id = %work_id, "store notification for a held lease: renewing now");
         // Watch again first: a change after this renewal is seen too.
-        let watched = inner.store.watch(&e.token.work_id);
+        let watched = inner.store.watch(&work_id);
         if e.in_flight {
             e.notified_in_flight = true;
         } else {
