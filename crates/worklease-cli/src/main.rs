@@ -490,7 +490,7 @@ impl StoreArg {
     pub fn open(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
         let (spec, for_child) = self.spec()?;
         tracing::debug!(store = %url::redact(&for_child), "opening the store");
-        let store = spec.open()?;
+        let store = without_job_control(|| spec.open())?;
         Ok((for_child, store))
     }
 
@@ -500,7 +500,7 @@ impl StoreArg {
     pub fn open_existing(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
         let (spec, for_child) = self.spec()?;
         tracing::debug!(store = %url::redact(&for_child), "opening the existing store");
-        match spec.open_existing() {
+        match without_job_control(|| spec.open_existing()) {
             Ok(store) => Ok((for_child, store)),
             Err(e) => {
                 let mut failure = Failure::from(e);
@@ -848,6 +848,20 @@ fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
     };
 }
 
+/// Runs `open` with SIGTSTP, SIGTTIN and SIGTTOU blocked in this (the
+/// main) thread: a thread a store starts (the SQLite store's connection
+/// thread) inherits that mask, so the job-control handler keeps running on
+/// the main thread only (see `supervise::job_control_mask`).
+fn without_job_control<T>(open: impl FnOnce() -> T) -> T {
+    use nix::sys::signal::SigmaskHow;
+    let blocked = supervise::job_control_mask(SigmaskHow::SIG_BLOCK).is_ok();
+    let out = open();
+    if blocked {
+        let _ = supervise::job_control_mask(SigmaskHow::SIG_UNBLOCK);
+    }
+    out
+}
+
 async fn dispatch(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Run(args) => run::run(args).await,
@@ -863,6 +877,15 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
 }
 
 fn main() -> ExitCode {
+    // A child being started by a supervisor (see `supervise::exec`): it
+    // becomes the command before anything else happens.
+    #[cfg(target_os = "linux")]
+    {
+        let mut args = std::env::args_os().skip(1);
+        if args.next().is_some_and(|a| a == supervise::EXEC_CHILD) {
+            return ExitCode::from(supervise::exec_child(&args.collect::<Vec<_>>()));
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {

@@ -123,6 +123,7 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
         shutdown: CancellationToken::new(),
         stopped_by: AtomicI32::new(0),
         fatal: Mutex::new(None),
+        starting: tokio::sync::Semaphore::new(STARTING),
     });
     tracing::info!(
         pool = %args.pool_name,
@@ -295,13 +296,26 @@ struct Slots {
     stopped_by: AtomicI32,
     /// Why the pool stopped, when the command cannot be run at all.
     fatal: Mutex<Option<Failure>>,
+    /// Slots between their acquisition and their child's start (a store
+    /// read and a spawn each): at most [`STARTING`] at once.
+    starting: tokio::sync::Semaphore,
 }
+
+/// How many slots start their child at once. This process runs on one
+/// thread, which also renews every lease (the session): with thousands of
+/// slots ready to start together, each in its turn, a renewal waited behind
+/// all of them, and leases were lost while their children started. With
+/// few at once it waits behind a few; the children start as fast (one
+/// thread starts them either way).
+const STARTING: usize = 16;
 
 impl Slots {
     /// One slot: the runner holds the lease on `ctx`'s work ID; run the
     /// command under it (see the module docs for what its end means).
     async fn run(self: Arc<Self>, ctx: RunContext) -> Result<Option<Bytes>, SlotError> {
         let work_id = ctx.token().work_id().as_str().to_string();
+        // Never closed: a permit comes.
+        let starting = self.starting.acquire().await.ok();
         // The pool skips work IDs whose record its round's listing showed;
         // this catches one written since that listing.
         match self.is_done(&work_id).await {
@@ -337,6 +351,7 @@ impl Slots {
                 return Err(SlotError::Permanent(message.into()));
             }
         };
+        drop(starting);
         tracing::debug!(fencing_token = token.fencing_token(), "the command started");
         let describe = || {
             ctx.lost_cause().map_or_else(

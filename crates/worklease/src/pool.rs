@@ -262,14 +262,16 @@ impl PoolOptions {
 }
 
 /// A process's share of a fixed set of work IDs; see the [module
-/// docs](self). Cheap to clone; clones share [`Pool::active_slots`].
+/// docs](self). Cheap to clone (the options and work ID lists are
+/// shared, not copied: each slot's task holds a clone); clones share
+/// [`Pool::active_slots`].
 #[derive(Clone)]
 pub struct Pool {
     leases: Leases,
-    options: PoolOptions,
-    work_ids: Vec<WorkId>,
+    options: Arc<PoolOptions>,
+    work_ids: Arc<[WorkId]>,
     /// Each work ID's done record (same order), with a done prefix.
-    done_ids: Option<Vec<String>>,
+    done_ids: Option<Arc<[String]>>,
     member_prefix: String,
     interval: Duration,
     active: Arc<Mutex<BTreeSet<String>>>,
@@ -389,13 +391,13 @@ impl Pool {
                     }
                     done_ids.push(record);
                 }
-                Some(done_ids)
+                Some(done_ids.into())
             }
         };
         Ok(Self {
             leases,
-            options,
-            work_ids,
+            options: Arc::new(options),
+            work_ids: work_ids.into(),
             done_ids,
             member_prefix,
             interval,
@@ -540,7 +542,7 @@ impl Pool {
         finished: &HashSet<String>,
     ) -> Option<std::result::Result<(), PoolError>> {
         let mut dead = false;
-        for w in &self.work_ids {
+        for w in self.work_ids.iter() {
             if finished.contains(w.as_str()) {
                 continue;
             }
@@ -650,7 +652,7 @@ impl Pool {
         };
         if let Some(done_ids) = &self.done_ids {
             let listed: HashSet<&str> = infos.iter().map(|i| i.work_id.as_str()).collect();
-            for (w, record) in self.work_ids.iter().zip(done_ids) {
+            for (w, record) in self.work_ids.iter().zip(done_ids.iter()) {
                 if listed.contains(record.as_str()) {
                     finished.insert(w.to_string());
                 }

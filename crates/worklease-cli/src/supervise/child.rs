@@ -5,8 +5,6 @@ use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::process::Stdio;
 
-use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use worklease::Token;
 
 use super::signals::{job_control_mask, GroupEntry};
@@ -52,7 +50,8 @@ pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::R
 /// `/dev/null`, else this process's.
 ///
 /// # Errors
-/// The spawn's: `NotFound` when the program does not exist,
+/// The spawn's: `NotFound` when the program does not exist (or is not in
+/// `PATH`), `PermissionDenied` when it is a directory or not executable,
 /// `InvalidInput` for an empty `command`.
 pub fn spawn_in_group(
     command: &[OsString],
@@ -63,7 +62,9 @@ pub fn spawn_in_group(
     let (program, rest) = command
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"))?;
-    let mut cmd = tokio::process::Command::new(program);
+    // Found here, so that a missing command is an error of the spawn.
+    let resolved = super::exec::resolve(program)?;
+    let mut cmd = child_command(&resolved, program);
     cmd.args(rest)
         .env("WORKLEASE_WORK_ID", token.work_id().as_str())
         .env("WORKLEASE_HOLDER_ID", token.holder_id().as_str())
@@ -73,16 +74,6 @@ pub fn spawn_in_group(
         .process_group(0);
     if null_stdin {
         cmd.stdin(Stdio::null());
-    }
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes async-signal-safe system calls (sigprocmask, prctl, getppid,
-    // kill).
-    unsafe {
-        cmd.pre_exec(move || {
-            job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK)?;
-            die_with_parent(parent)
-        });
     }
     tracing::debug!(command = ?command, "starting the child");
     // A job-control signal between the fork and the moment the child's
@@ -104,18 +95,24 @@ pub fn spawn_in_group(
     spawned
 }
 
-/// In the forked child: ask for SIGKILL when the parent dies, and die at
-/// once if it already has (the request covers only a living parent).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn die_with_parent(parent: Pid) -> std::io::Result<()> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-    if nix::unistd::getppid() != parent {
-        nix::sys::signal::raise(Signal::SIGKILL)?;
-    }
-    Ok(())
+/// The command that starts `resolved`: through this binary
+/// ([`super::exec::EXEC_CHILD`], which asks for the parent-death signal,
+/// Linux), with `argv0` as the command's own name.
+#[cfg(target_os = "linux")]
+fn child_command(resolved: &std::path::Path, argv0: &std::ffi::OsStr) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(super::exec::SELF_EXE);
+    cmd.arg(super::exec::EXEC_CHILD)
+        .arg(nix::unistd::getpid().to_string())
+        .arg(resolved)
+        .arg(argv0);
+    cmd
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn die_with_parent(_parent: Pid) -> std::io::Result<()> {
-    Ok(())
+/// The command that starts `resolved` itself, named `argv0` (no
+/// parent-death signal off Linux).
+#[cfg(not(target_os = "linux"))]
+fn child_command(resolved: &std::path::Path, argv0: &std::ffi::OsStr) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(resolved);
+    cmd.arg0(argv0);
+    cmd
 }

@@ -44,9 +44,12 @@ use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
 
 mod child;
+mod exec;
 mod signals;
 
 pub use child::{cannot_run, spawn, spawn_in_group, Child};
+#[cfg(target_os = "linux")]
+pub use exec::{exec_child, EXEC_CHILD};
 pub use signals::{job_control_mask, terminating, Signals, MAX_CHILDREN};
 
 /// How often the process group of a child that exited is checked for

@@ -1,11 +1,20 @@
 //! The embedded SQLite store: one file shared by many processes on one host.
 //!
-//! * **Atomicity.** Every operation is one `BEGIN IMMEDIATE` transaction:
-//!   read the row, decide with the shared lease rules, write, commit (a
-//!   renewal of the current, live lease is one guarded `UPDATE` whose
-//!   condition is those rules; any other renewal reads the row to name
-//!   its error). WAL mode lets readers (`status`) run beside a writer; a
+//! * **Atomicity.** Every operation that writes is one `BEGIN IMMEDIATE`
+//!   transaction: read the row, decide with the shared lease rules, write,
+//!   commit (a renewal of the current, live lease is one guarded `UPDATE`
+//!   whose condition is those rules; any other renewal reads the row to
+//!   name its error). The reads (`read_checkpoint`, `inspect`) are read
+//!   transactions (WAL snapshots) with the clock read after the snapshot
+//!   was taken: they neither wait for nor hold up other processes'
+//!   writers, and `inspect` of named work IDs reads just those rows. A
 //!   busy timeout (default 5 s) queues writers of other processes.
+//! * **One connection per value, calls in order.** This value's calls run
+//!   on its connection one after another in the order they came, drained
+//!   by one blocking task at a time: a renewal waits behind the calls
+//!   queued before it, never behind a crowd of blocking threads racing for
+//!   the connection (a `worklease pool` starting thousands of children
+//!   lost leases that way).
 //! * **Clock.** Expiry is judged by the host's monotonic clock
 //!   (`CLOCK_MONOTONIC`), stored with the boot ID
 //!   (`/proc/sys/kernel/random/boot_id`). A wall-clock step changes
@@ -81,7 +90,7 @@
 //! in-memory databases: the path is a plain file path.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -95,6 +104,7 @@ mod batch;
 mod clock;
 mod file;
 mod ops;
+mod queue;
 mod row;
 mod schema;
 
@@ -110,7 +120,8 @@ const KIND: &str = "sqlite";
 /// The embedded SQLite store. See the module docs for its guarantees and
 /// what it does not support.
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
+    /// The connection and the calls queued for it.
+    conn: Arc<queue::ConnQueue>,
     clock: Arc<dyn StoreClock>,
     path: PathBuf,
     file: FileIdentity,
@@ -218,7 +229,7 @@ impl SqliteStore {
         migrate(&mut conn, &shown)?;
         clock.now()?;
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: queue::ConnQueue::new(conn),
             clock,
             path,
             file,
@@ -236,6 +247,7 @@ impl SqliteStore {
 mod tests {
     use super::*;
     use crate::{AcquireOptions, Config, Leases};
+    use std::sync::Mutex;
 
     /// A clock whose epoch can be changed, as a reboot changes the boot ID.
     struct RebootableClock {
@@ -296,12 +308,11 @@ mod tests {
         assert_eq!(c.data.as_deref(), Some(&b"progress"[..]));
         assert!(!c.clean_handoff());
         // Deleting the row by hand does not reset the fencing sequence.
-        store
-            .conn
-            .lock()
-            .expect("lock")
-            .execute("DELETE FROM worklease_leases", [])
-            .expect("delete");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        store.conn.push(Box::new(move |c| {
+            let _ = tx.send(c.execute("DELETE FROM worklease_leases", []));
+        }));
+        rx.await.expect("the connection").expect("delete");
         let t2 = b
             .acquire("job", AcquireOptions::new())
             .await

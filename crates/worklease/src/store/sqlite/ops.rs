@@ -40,19 +40,43 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
+        self.tx_as(TransactionBehavior::Immediate, f).await
+    }
+
+    /// Runs `f` in one read transaction (DEFERRED: no write lock, so reads
+    /// do not queue behind, nor hold up, other processes' writes), with the
+    /// clock read after its snapshot was taken. `f` must only read.
+    pub(super) async fn read_tx<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.tx_as(TransactionBehavior::Deferred, f).await
+    }
+
+    /// [`Self::tx`] or [`Self::read_tx`], queued for the connection: this
+    /// value's calls run one after another in the order they came (see
+    /// `queue.rs`).
+    async fn tx_as<T: Send + 'static>(
+        &self,
+        behavior: TransactionBehavior,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let clock = self.clock.clone();
         let (path, file) = (self.path.clone(), self.file);
         let abandoned = Arc::new(AtomicBool::new(false));
         let _guard = AbandonOnDrop(abandoned.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().map_err(|_| {
-                StoreError::new(KIND, "connection lock poisoned by an earlier panic")
-            })?;
+        let run = move |conn: &mut rusqlite::Connection| -> Result<T> {
             let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .transaction_with_behavior(behavior)
                 .map_err(db_err("cannot begin a transaction"))?;
-            // Under the write lock: the file every other process writes.
+            if matches!(behavior, TransactionBehavior::Deferred) {
+                // A read transaction takes its snapshot at its first read:
+                // take it now, so that the clock below is read after it.
+                tx.query_row("SELECT count(*) FROM sqlite_schema", [], |_| Ok(()))
+                    .map_err(db_err("cannot begin a read transaction"))?;
+            }
+            // Under the write lock (or in the snapshot): the file every
+            // other process writes.
             file.check(&path)?;
             let now = clock.now()?;
             let out = f(&tx, &now)?;
@@ -62,9 +86,15 @@ impl SqliteStore {
             }
             tx.commit().map_err(db_err("cannot commit"))?;
             Ok(out)
-        })
-        .await
-        .map_err(|e| StoreError::with_source(KIND, "store task failed", e))?
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.conn.push(Box::new(move |conn| {
+            // The caller may have gone: then the answer is dropped.
+            let _ = tx.send(run(conn));
+        }));
+        rx.await.map_err(|_| {
+            StoreError::new(KIND, "the call was dropped: the runtime is shutting down")
+        })?
     }
 
     /// `step` for `lease` in one transaction.
@@ -235,8 +265,15 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        self.one(lease, |st, now, l| {
-            current_step(st, now, l, false, |row, _| record::read(&row.record))
+        let lease = OwnedLease::of(lease);
+        self.read_tx(move |tx, now| {
+            current_step(
+                &mut Statements::new(tx),
+                now,
+                lease.lease(),
+                false,
+                |row, _| record::read(&row.record),
+            )
         })
         .await
     }
@@ -248,8 +285,23 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
-        let work_ids = work_ids.to_vec();
-        self.tx(move |tx, now| {
+        let mut work_ids = work_ids.to_vec();
+        // In work ID order, each once, as the listing below gives them.
+        work_ids.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
+        work_ids.dedup();
+        self.read_tx(move |tx, now| {
+            if !work_ids.is_empty() {
+                // The named leases only, each by its key (not a scan of
+                // every row).
+                let mut st = Statements::new(tx);
+                let mut out = Vec::new();
+                for id in work_ids {
+                    if let Some(row) = st.load(&id)? {
+                        out.push(row.info(id, now));
+                    }
+                }
+                return Ok(out);
+            }
             let mut stmt = tx
                 .prepare_cached(SELECT_ALL)
                 .map_err(db_err("cannot list leases"))?;
@@ -261,9 +313,7 @@ impl LeaseStore for SqliteStore {
                 let (id, row) = row.map_err(db_err("cannot read a lease row"))?;
                 let id = WorkId::new(id)
                     .map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
-                if work_ids.is_empty() || work_ids.contains(&id) {
-                    out.push(row.info(id, now));
-                }
+                out.push(row.info(id, now));
             }
             Ok(out)
         })
