@@ -11,11 +11,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use super::encoding::{decode_record, encode_record, Stored};
-use super::{Handle, Register, RegisterError, RegisterStore, MAX_ATTEMPTS};
+use super::{Handle, Register, RegisterError, RegisterStore};
 use crate::error::{Result, StoreError};
 use crate::limits::WorkId;
 use crate::store::record::{Phase, Record};
 use crate::store::LeaseRef;
+
+/// How many times a read whose answer is older than what this adapter
+/// already knows is made again before the call fails with a store error.
+/// With a register whose reads take milliseconds (any remote one), a work
+/// ID that this adapter writes again and again (a batch acquisition racing
+/// single calls) makes several stale answers in a row ordinary: 3 failed
+/// there with a 5 ms read delay; each retry is one more read.
+const MAX_STALE_READS: usize = 16;
 
 /// A lease this adapter wrote as held.
 pub(super) struct OwnWrite {
@@ -122,9 +130,9 @@ impl<R: Register> RegisterStore<R> {
     ///
     /// A read whose answer is older than what the adapter already knows (a
     /// slow read that overlapped a newer write) is made again, up to
-    /// [`MAX_ATTEMPTS`] times: its stale version must not be judged.
+    /// [`MAX_STALE_READS`] times: its stale version must not be judged.
     pub(super) async fn load(&self, work_id: &WorkId) -> Result<Option<Current>> {
-        for _ in 0..MAX_ATTEMPTS {
+        for _ in 0..MAX_STALE_READS {
             if let Some(current) = self.load_once(work_id).await? {
                 return Ok(current);
             }
