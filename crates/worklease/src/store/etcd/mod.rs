@@ -199,11 +199,14 @@
 // operations (`ops`: the `LeaseStore` implementation, with acquire, read
 // checkpoint, release and revoke; `renew`: renewal and checkpoint;
 // `inspect`); and the watch for push hand-off (`watch`).
+mod acquire;
+mod batch;
 mod config;
 mod inspect;
 mod keys;
 mod leases;
 mod members;
+mod observe;
 mod ops;
 mod renew;
 mod rpc;
@@ -232,12 +235,30 @@ use crate::limits::WorkId;
 use crate::store::notify::Watchers;
 
 use keys::LIVE;
-use leases::Granted;
+use leases::{Granted, Sessions};
 use members::Members;
+use observe::Observations;
 use rpc::Budget;
+use snapshot::Free;
 use watch::Wakeups;
 
 const KIND: &str = "etcd";
+
+/// etcd's default `--max-txn-ops`: the most operations (or compares) one
+/// branch of a transaction may hold. A batch is one transaction whose
+/// success branch holds one nested transaction per lease, and etcd gives
+/// a nested transaction what its parent leaves of the limit: a batch of
+/// `n` leases whose nested transactions hold up to [`NESTED_OPS`]
+/// operations per branch needs `n + NESTED_OPS <= max_txn_ops`. So
+/// [`LeaseStore::max_batch`](crate::LeaseStore::max_batch) is
+/// `max_txn_ops - NESTED_OPS`, 124 by default; a cluster run with another
+/// `--max-txn-ops` takes `max_txn_ops=N` in the store URL
+/// ([`EtcdConfig::max_txn_ops`]).
+pub const MAX_TXN_OPS: usize = 128;
+
+/// The most operations (compares, or requests of one branch) of the
+/// nested transaction a batch holds per lease.
+pub const NESTED_OPS: usize = 4;
 
 /// How often a transaction is tried again when another writer got between
 /// its read and its write.
@@ -267,12 +288,14 @@ pub struct EtcdStore {
     /// The newest revision any reply showed (a lower bound of the
     /// cluster's current revision).
     seen: AtomicI64,
-    /// The etcd leases of this store's acquisitions, by (work ID, token).
+    /// What this store knows of its acquisitions, by (work ID, token).
     leases: Mutex<HashMap<(WorkId, u64), Granted>>,
-    /// etcd leases of released acquisitions, for the next acquisitions
-    /// with the same TTL: a keep-alive (handled by the leader alone)
-    /// instead of a grant now and a revocation later (both replicated).
-    spares: Mutex<Vec<Granted>>,
+    /// The session leases, by holder and TTL in etcd seconds.
+    sessions: Mutex<Sessions>,
+    /// Work IDs this store saw free, for its next acquisitions.
+    free: Mutex<HashMap<WorkId, Free>>,
+    /// When this store first saw each version of leases held by others.
+    observed: Mutex<Observations>,
     wakeups: Arc<Wakeups>,
     /// Whether the watch task runs.
     watching: Mutex<bool>,
@@ -304,7 +327,9 @@ impl EtcdStore {
             config,
             seen: AtomicI64::new(0),
             leases: Mutex::new(HashMap::new()),
-            spares: Mutex::new(Vec::new()),
+            sessions: Mutex::new(HashMap::new()),
+            free: Mutex::new(HashMap::new()),
+            observed: Mutex::new(HashMap::new()),
             wakeups: Arc::new(Wakeups {
                 watchers: Watchers::default(),
                 all: tokio::sync::watch::channel(0).0,
@@ -356,6 +381,11 @@ impl EtcdStore {
     /// The configuration.
     pub fn config(&self) -> &EtcdConfig {
         &self.config
+    }
+
+    /// The most leases one batch call names.
+    fn max_batch_len(&self) -> usize {
+        self.config.max_txn_ops.saturating_sub(NESTED_OPS).max(1)
     }
 
     /// The keys of `work_id` (for operators and tests).
