@@ -179,7 +179,14 @@ impl EtcdStore {
             // (the holder counts its TTL from then): a keep-alive beside
             // the transaction, unless it was granted after `sent`.
             let (resp, alive) = if refresh {
-                let (r, a) = tokio::join!(txn, self.keep_alive(session.id, budget));
+                // The keep-alive would keep keys of the session that their
+                // holder gave up: they are deleted beside it.
+                let gone = self.abandoned(session.id);
+                let (r, a, ()) = tokio::join!(
+                    txn,
+                    self.keep_alive(session.id, budget),
+                    self.abandon(&gone, budget)
+                );
                 (r, a.map(Some))
             } else {
                 (txn.await, Ok(None))
