@@ -184,7 +184,7 @@ impl EtcdStore {
                 let gone = self.abandoned(session.id);
                 let (r, a, ()) = tokio::join!(
                     txn,
-                    self.keep_alive(session.id, budget),
+                    self.keep_alive_after(session.id, sent, budget),
                     self.abandon(&gone, budget)
                 );
                 (r, a.map(Some))

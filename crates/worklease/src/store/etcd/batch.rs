@@ -250,7 +250,7 @@ impl EtcdStore {
         let kept = join_all(
             refresh
                 .iter()
-                .map(|id| async move { (*id, self.keep_alive(*id, budget).await) }),
+                .map(|id| async move { (*id, self.keep_alive_after(*id, sent, budget).await) }),
         );
         let txn = async {
             if ops.is_empty() {

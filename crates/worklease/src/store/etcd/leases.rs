@@ -127,6 +127,42 @@ impl EtcdStore {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.retain(|_, s| s.id != id);
         }
+        if let Ok(mut keepers) = self.keepers.lock() {
+            keepers.remove(&id);
+        }
+    }
+
+    /// Renews etcd lease `id` with a keep-alive sent at or after `after`,
+    /// false when etcd no longer has it. Calls for one lease share their
+    /// keep-alives, as a group commit does: one is in flight at a time,
+    /// and the calls that waited for it take the next one, which every one
+    /// of them was sent before. So a session's keep-alives number at most
+    /// one per keep-alive round trip, however many acquisitions and
+    /// renewal batches need one.
+    pub(super) async fn keep_alive_after(
+        &self,
+        id: i64,
+        after: Instant,
+        budget: Budget,
+    ) -> Result<bool> {
+        let slot = self
+            .keepers
+            .lock()
+            .ok()
+            .map(|mut keepers| keepers.entry(id).or_default().clone());
+        let Some(slot) = slot else {
+            return self.keep_alive(id, budget).await;
+        };
+        let mut last = slot.lock().await;
+        if let Some((sent, alive)) = *last {
+            if sent >= after {
+                return Ok(alive);
+            }
+        }
+        let sent = Instant::now();
+        let alive = self.keep_alive(id, budget).await?;
+        *last = Some((sent, alive));
+        Ok(alive)
     }
 
     /// Renews etcd lease `id` once; false when etcd no longer has it (the
@@ -245,6 +281,11 @@ impl EtcdStore {
 
 /// The session leases of a store, by holder and TTL in etcd seconds.
 pub(super) type Sessions = HashMap<(HolderId, i64), Session>;
+
+/// Per etcd lease: the send time and answer of its last keep-alive,
+/// behind a lock held while one is in flight
+/// ([`EtcdStore::keep_alive_after`]).
+pub(super) type Keepers = HashMap<i64, std::sync::Arc<tokio::sync::Mutex<Option<(Instant, bool)>>>>;
 
 #[cfg(test)]
 mod tests {

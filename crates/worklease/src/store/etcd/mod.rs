@@ -317,7 +317,7 @@ use crate::limits::WorkId;
 use crate::store::notify::Watchers;
 
 use keys::LIVE;
-use leases::{Granted, Sessions};
+use leases::{Granted, Keepers, Sessions};
 use members::Members;
 use observe::Observations;
 use rpc::Budget;
@@ -374,6 +374,8 @@ pub struct EtcdStore {
     leases: Mutex<HashMap<(WorkId, u64), Granted>>,
     /// The session leases, by holder and TTL in etcd seconds.
     sessions: Mutex<Sessions>,
+    /// The last keep-alive of each session lease.
+    keepers: Mutex<Keepers>,
     /// Work IDs this store saw free, for its next acquisitions.
     free: Mutex<HashMap<WorkId, Free>>,
     /// When this store first saw each version of leases held by others.
@@ -410,6 +412,7 @@ impl EtcdStore {
             seen: AtomicI64::new(0),
             leases: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            keepers: Mutex::new(HashMap::new()),
             free: Mutex::new(HashMap::new()),
             observed: Mutex::new(HashMap::new()),
             wakeups: Arc::new(Wakeups {

@@ -56,7 +56,7 @@ impl EtcdStore {
             // session lease of this TTL.
             let sent = Instant::now();
             let attached = if current.ttl_s >= want {
-                if !self.keep_alive(current.id, budget).await? {
+                if !self.keep_alive_after(current.id, sent, budget).await? {
                     // etcd answers so only once it deleted the lease's
                     // keys; ours may have moved to another lease meanwhile
                     // (another handle of the holder).
@@ -78,7 +78,7 @@ impl EtcdStore {
                 }
             } else {
                 let (s, stale) = self.session_for(lease.holder_id, ttl, sent, budget).await?;
-                if stale && !self.keep_alive(s.id, budget).await? {
+                if stale && !self.keep_alive_after(s.id, sent, budget).await? {
                     known = None;
                     continue;
                 }
