@@ -122,68 +122,9 @@ impl EtcdStore {
         Ok((granted, false))
     }
 
-    /// Forgets session lease `id` (etcd no longer has it).
-    pub(super) fn session_gone(&self, id: i64) {
-        if let Ok(mut sessions) = self.sessions.lock() {
-            sessions.retain(|_, s| s.id != id);
-        }
-        if let Ok(mut keepers) = self.keepers.lock() {
-            keepers.remove(&id);
-        }
-    }
-
-    /// Renews etcd lease `id` with a keep-alive sent at or after `after`,
-    /// false when etcd no longer has it. Calls for one lease share their
-    /// keep-alives, as a group commit does: one is in flight at a time,
-    /// and the calls that waited for it take the next one, which every one
-    /// of them was sent before. So a session's keep-alives number at most
-    /// one per keep-alive round trip, however many acquisitions and
-    /// renewal batches need one.
-    pub(super) async fn keep_alive_after(
-        &self,
-        id: i64,
-        after: Instant,
-        budget: Budget,
-    ) -> Result<bool> {
-        let slot = self
-            .keepers
-            .lock()
-            .ok()
-            .map(|mut keepers| keepers.entry(id).or_default().clone());
-        let Some(slot) = slot else {
-            return self.keep_alive(id, budget).await;
-        };
-        let mut last = slot.lock().await;
-        if let Some((sent, alive)) = *last {
-            if sent >= after {
-                return Ok(alive);
-            }
-        }
-        let sent = Instant::now();
-        let alive = self.keep_alive(id, budget).await?;
-        *last = Some((sent, alive));
-        Ok(alive)
-    }
-
-    /// Renews etcd lease `id` once; false when etcd no longer has it (the
-    /// session is then forgotten).
-    pub(super) async fn keep_alive(&self, id: i64, budget: Budget) -> Result<bool> {
-        let sent = Instant::now();
-        // A stream: `rpc`'s attempt timeout bounds the whole of it (the
-        // reply may wait for a new leader), not only its opening.
-        let alive = self
-            .rpc("renew the etcd lease", budget, |mut c| async move {
-                match c.lease_keep_alive(id).await {
-                    Ok(_) => Ok(true),
-                    // etcd answers a renewal of an unknown lease with a TTL
-                    // of 0, which the client turns into this error.
-                    Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
-                        Ok(false)
-                    }
-                    Err(e) => Err(e),
-                }
-            })
-            .await?;
+    /// Notes a keep-alive of etcd lease `id` sent at `sent`: its answer,
+    /// whether etcd still has it (a session it ended is forgotten).
+    pub(super) fn kept_alive(&self, id: i64, sent: Instant, alive: bool) {
         if alive {
             if let Ok(mut sessions) = self.sessions.lock() {
                 for s in sessions.values_mut().filter(|s| s.id == id) {
@@ -193,7 +134,16 @@ impl EtcdStore {
         } else {
             self.session_gone(id);
         }
-        Ok(alive)
+    }
+
+    /// Forgets session lease `id` (etcd no longer has it).
+    pub(super) fn session_gone(&self, id: i64) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.retain(|_, s| s.id != id);
+        }
+        if let Ok(mut keepers) = self.keepers.lock() {
+            keepers.remove(&id);
+        }
     }
 
     /// The remembered leases attached to session lease `id` whose holder
@@ -281,11 +231,6 @@ impl EtcdStore {
 
 /// The session leases of a store, by holder and TTL in etcd seconds.
 pub(super) type Sessions = HashMap<(HolderId, i64), Session>;
-
-/// Per etcd lease: the send time and answer of its last keep-alive,
-/// behind a lock held while one is in flight
-/// ([`EtcdStore::keep_alive_after`]).
-pub(super) type Keepers = HashMap<i64, std::sync::Arc<tokio::sync::Mutex<Option<(Instant, bool)>>>>;
 
 #[cfg(test)]
 mod tests {

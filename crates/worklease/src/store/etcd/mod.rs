@@ -276,7 +276,7 @@
 // the key layout (`keys`) and what one read of a work ID's keys says
 // (`snapshot`); one client per member (`members`) and sending a request
 // with fail-over (`rpc`); the session leases and what the store remembers
-// of its acquisitions (`leases`); the operations (`ops`: the `LeaseStore`
+// of its acquisitions (`leases`), and their keep-alives (`keepalive`); the operations (`ops`: the `LeaseStore`
 // implementation, with read checkpoint and revoke; `acquire`: acquisition
 // of one or a batch; `batch`: renewal and release of one or a batch;
 // `renew`: checkpoint; `inspect`); the observation rule (`observe`); and
@@ -285,6 +285,7 @@ mod acquire;
 mod batch;
 mod config;
 mod inspect;
+mod keepalive;
 mod keys;
 mod leases;
 mod members;
@@ -316,8 +317,9 @@ use crate::error::{InvalidInput, StoreError};
 use crate::limits::WorkId;
 use crate::store::notify::Watchers;
 
+use keepalive::Keepers;
 use keys::LIVE;
-use leases::{Granted, Keepers, Sessions};
+use leases::{Granted, Sessions};
 use members::Members;
 use observe::Observations;
 use rpc::Budget;
