@@ -146,6 +146,18 @@ impl EtcdStore {
                     prev: free.prev.clone(),
                     nonce,
                 };
+                let mut writes = vec![
+                    TxnOp::put(
+                        keys.live.as_str(),
+                        holder.as_str(),
+                        Some(PutOptions::new().with_lease(session.id)),
+                    ),
+                    TxnOp::put(keys.acquisition.as_str(), to_json(&acquisition), None),
+                ];
+                if free.state_rev != 0 {
+                    // The compare says `state` is absent otherwise.
+                    writes.push(TxnOp::delete(keys.state.as_str(), None));
+                }
                 ops.push(TxnOp::txn(
                     Txn::new()
                         .when([
@@ -161,15 +173,7 @@ impl EtcdStore {
                                 free.state_rev,
                             ),
                         ])
-                        .and_then([
-                            TxnOp::put(
-                                keys.live.as_str(),
-                                holder.as_str(),
-                                Some(PutOptions::new().with_lease(session.id)),
-                            ),
-                            TxnOp::put(keys.acquisition.as_str(), to_json(&acquisition), None),
-                            TxnOp::delete(keys.state.as_str(), None),
-                        ])
+                        .and_then(writes)
                         .or_else(snapshot_ops(&keys, false)),
                 ));
                 frees.push(free);

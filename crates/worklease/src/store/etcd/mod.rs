@@ -36,7 +36,10 @@
 //!   acquisition grants nothing: it is one transaction, with a keep-alive
 //!   of the session lease beside it (its countdown must start after the
 //!   acquisition was sent). A renewal of a batch is one keep-alive per
-//!   distinct session lease (one, usually) beside one transaction. A
+//!   distinct session lease (one, usually) beside one transaction. The
+//!   keep-alives of one session lease are shared as in a group commit (one
+//!   in flight; the calls that waited for it take the next, sent after
+//!   each of them) and go as messages on one stream kept open. A
 //!   release or revocation deletes only its own keys and never revokes the
 //!   session lease; an unused one expires with its TTL.
 //!
