@@ -65,6 +65,12 @@ async fn a_dead_holder_loses_its_lease_while_leadership_moves() {
         .acquire("jobs/leader-moves", AcquireOptions::new())
         .await
         .expect("acquire");
+    let mut client = cluster
+        .member_client(cluster.leader().await)
+        .await
+        .expect("a client of the leader");
+    let key = holder_store.keys(dead.work_id()).live;
+    let session = client.get(key, None).await.expect("get").kvs()[0].lease();
     // The holder dies: no renewal ever again.
     drop(holder);
     drop(holder_store);
@@ -92,6 +98,15 @@ async fn a_dead_holder_loses_its_lease_while_leadership_moves() {
         other => panic!("the successor gets the lease ({moves} leader moves): {other:?}"),
     };
     assert!(moves >= 1, "leadership moved while the lease ran out");
+    let kept = client
+        .lease_time_to_live(session, None)
+        .await
+        .map(|r| r.ttl())
+        .unwrap_or(-1);
+    assert!(
+        kept > 0,
+        "etcd kept the dead holder's lease ({kept} s left): the observation rule freed it"
+    );
     let deadline = dead.deadline().expect("a deadline");
     assert!(
         at > deadline,
@@ -100,7 +115,7 @@ async fn a_dead_holder_loses_its_lease_while_leadership_moves() {
     assert!(token.fencing_token() > dead.fencing_token(), "S2");
     let bound = ttl + 2 * poll + EXPIRY_SLACK + 6 * rt;
     println!(
-        "leader moved every 3 s ({moves} moves): the successor acquired {:?} after the holder (bound {bound:?}, round trip {rt:?})",
+        "leader moved every 3 s ({moves} moves): the successor acquired {:?} after the holder (bound {bound:?}, round trip {rt:?}), the holder's etcd lease still had {kept} s",
         at - sent
     );
     assert!(
