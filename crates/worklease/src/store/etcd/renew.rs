@@ -1,5 +1,7 @@
-//! Renewal and checkpoint: one transaction after the etcd lease's
-//! keep-alive.
+//! Checkpoint (and the renewal of a lease whose `live` key another handle
+//! of the holder moved to another etcd lease): one transaction after the
+//! etcd lease's keep-alive. Renewals of one lease or of a batch are in
+//! `batch.rs`.
 
 use std::time::{Duration, SystemTime};
 
