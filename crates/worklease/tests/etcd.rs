@@ -35,6 +35,11 @@ use worklease::{
     AcquireOptions, Config, Error, LeaseObserver, LeaseStore, Leases, RenewalOptions, Token, WorkId,
 };
 
+#[path = "etcd/leader_changes.rs"]
+mod leader_changes;
+#[path = "etcd/sessions.rs"]
+mod sessions;
+
 /// How much later than its TTL etcd may end a lease: the TTL rounded up to
 /// a whole second (under 1 s more), plus the leader's expiry sweep (every
 /// 500 ms) and the revocation's round through Raft, with room for a busy

@@ -32,6 +32,9 @@ pub struct EtcdConfig {
     pub(super) prefix: String,
     pub(super) connect_timeout: Duration,
     pub(super) request_timeout: Duration,
+    /// The most leases one batch transaction names (etcd's
+    /// `--max-txn-ops`).
+    pub(super) max_txn_ops: usize,
     /// TLS (`etcds://`), when on.
     #[cfg(feature = "etcd-tls")]
     pub(super) tls: Option<Tls>,
@@ -206,6 +209,7 @@ impl EtcdConfig {
             prefix: DEFAULT_PREFIX.to_string(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_txn_ops: super::MAX_TXN_OPS,
             #[cfg(feature = "etcd-tls")]
             tls: None,
         })
@@ -258,6 +262,33 @@ impl EtcdConfig {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+
+    /// The `--max-txn-ops` of the cluster (default
+    /// [`MAX_TXN_OPS`](super::MAX_TXN_OPS), etcd's default): a batch call
+    /// names up to this less [`NESTED_OPS`](super::NESTED_OPS) leases
+    /// ([`crate::LeaseStore::max_batch`]).
+    /// URL parameter `max_txn_ops=N`.
+    ///
+    /// # Errors
+    /// [`InvalidInput::Config`] for less than
+    /// [`NESTED_OPS`](super::NESTED_OPS) + 1: a batch of one lease needs
+    /// that many.
+    pub fn max_txn_ops(mut self, n: usize) -> Result<Self> {
+        if n <= super::NESTED_OPS {
+            return Err(InvalidInput::Config(format!(
+                "max_txn_ops must be at least {} (a batch of one lease needs that many)",
+                super::NESTED_OPS + 1
+            ))
+            .into());
+        }
+        self.max_txn_ops = n;
+        Ok(self)
+    }
+
+    /// The `--max-txn-ops` the store assumes.
+    pub fn get_max_txn_ops(&self) -> usize {
+        self.max_txn_ops
     }
 
     /// Whether requests go over TLS (`etcds://`).

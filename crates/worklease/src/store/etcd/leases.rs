@@ -1,26 +1,30 @@
-//! The etcd leases of a store's acquisitions: granting, keeping alive,
-//! remembering, and the spares of released acquisitions.
+//! The etcd leases of a store: one session lease per (holder ID, TTL in
+//! whole etcd seconds), shared by every key of that holder's acquisitions
+//! with that TTL, and what the store remembers of each of its own
+//! acquisitions (which session lease its `live` key is attached to, when
+//! its last renewal was sent, the revision of its `state`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::error::Result;
-use crate::limits::WorkId;
+use crate::limits::{HolderId, WorkId};
 use crate::store::LeaseRef;
 
 use super::rpc::Budget;
 use super::EtcdStore;
 
-/// How many etcd lease IDs of its own acquisitions a store remembers (a
-/// renewal of one it forgot reads the ID first: one request more).
-const LEASE_CACHE: usize = 4096;
-/// How many etcd leases of released acquisitions a store keeps for the
-/// next ones.
-const SPARES: usize = 64;
-/// A spare etcd lease is used only while it has this much left by this
-/// host's clock (etcd may be ending it after that).
-const SPARE_MARGIN: Duration = Duration::from_secs(1);
+/// How many of its own acquisitions a store remembers (a renewal of one
+/// it forgot reads its keys first: one request more). Above the most
+/// leases one process is meant to hold ([`crate::limits::MAX_BATCH`]).
+const LEASE_CACHE: usize = 2 * crate::limits::MAX_BATCH;
+/// A session lease is given to a new acquisition only while it has this
+/// much left by this host's clock since its last grant or keep-alive
+/// (etcd may be ending it after that); the acquisition keeps it alive
+/// again in any case.
+const SESSION_MARGIN: Duration = Duration::from_secs(1);
 
 /// A TTL as etcd takes it: whole seconds, rounded up, at least 1.
 pub(super) fn ttl_secs(ttl: Duration) -> i64 {
@@ -28,35 +32,57 @@ pub(super) fn ttl_secs(ttl: Duration) -> i64 {
     i64::try_from(secs.max(1)).unwrap_or(i64::MAX)
 }
 
-/// An etcd lease a store uses for one of its acquisitions.
+/// Whole etcd seconds as a duration.
+pub(super) fn secs(s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+/// One session lease: the etcd lease a holder's keys of one TTL share.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Granted {
+pub(super) struct Session {
     pub(super) id: i64,
     /// The TTL etcd granted, in seconds.
     pub(super) ttl_s: i64,
-    /// The TTL asked for, in seconds (0 when unknown: a lease learnt from
-    /// a read, which is never reused).
-    pub(super) asked_s: i64,
     /// When the request that last started its countdown (grant or
     /// keep-alive) was sent, by this host's monotonic clock.
+    renewed: Instant,
+    /// When the store last looked for keys of it that their holder gave
+    /// up ([`EtcdStore::abandoned`]).
+    swept: Instant,
+}
+
+/// What a store knows of one of its acquisitions (or of one it renewed).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Granted {
+    /// The etcd lease `live` is attached to.
+    pub(super) id: i64,
+    /// The TTL etcd granted it, in seconds.
+    pub(super) ttl_s: i64,
+    /// The TTL of the last acquisition or renewal.
+    pub(super) ttl: Duration,
+    /// When the last successful acquisition or renewal of this lease was
+    /// sent, by this host's monotonic clock: past this plus `ttl` its
+    /// holder counts it lost (the crate docs' "Clocks"), and so does the
+    /// store.
     pub(super) renewed: Instant,
     /// The mod revision of the work ID's `state` key as the acquisition
-    /// using it last saw it (0: absent, as an acquisition leaves it).
-    /// Renewals and checkpoints compare it: one that a hung member applies
-    /// late, after a newer one, changes nothing.
+    /// last saw it (0: absent, as an acquisition leaves it). Checkpoints
+    /// compare it: one that a hung member applies late, after a newer one,
+    /// changes nothing; the sweep compares it too.
     pub(super) state_rev: i64,
 }
 
 impl Granted {
-    /// Whether it lasts, by this host's clock, at least `margin` more.
-    fn fresh(&self, margin: Duration) -> bool {
-        let ttl = Duration::from_secs(u64::try_from(self.ttl_s).unwrap_or(0));
-        self.renewed + ttl > Instant::now() + margin
+    /// Whether its holder's TTL ran out (by this host's clock) with no
+    /// successful renewal since.
+    pub(super) fn given_up(&self, now: Instant) -> bool {
+        self.renewed + self.ttl <= now
     }
 }
 
 impl EtcdStore {
-    pub(super) async fn grant(&self, ttl: Duration, budget: Budget) -> Result<Granted> {
+    /// Grants a new etcd lease of `ttl` (whole seconds, rounded up).
+    async fn grant(&self, ttl: Duration, budget: Budget) -> Result<Session> {
         let sent = Instant::now();
         let resp = self
             .rpc("grant an etcd lease", budget, |mut c| async move {
@@ -64,87 +90,94 @@ impl EtcdStore {
             })
             .await?;
         self.saw(resp.header());
-        Ok(Granted {
+        Ok(Session {
             id: resp.id(),
             ttl_s: resp.ttl(),
-            asked_s: ttl_secs(ttl),
             renewed: sent,
-            state_rev: 0,
+            swept: sent,
         })
     }
 
-    /// An etcd lease for a new acquisition with `ttl`: a spare one with
-    /// the same TTL, renewed now (its countdown starts again after the
-    /// caller sent its request, as a new one's would), or a new one.
-    pub(super) async fn lease_for(&self, ttl: Duration, budget: Budget) -> Result<Granted> {
-        let asked = ttl_secs(ttl);
-        loop {
-            let spare = self.spares.lock().ok().and_then(|mut spares| {
-                // Stale ones are of no use: etcd may be ending them.
-                spares.retain(|g| g.fresh(SPARE_MARGIN));
-                let i = spares.iter().position(|g| g.asked_s == asked)?;
-                Some(spares.swap_remove(i))
-            });
-            let Some(spare) = spare else {
-                return self.grant(ttl, budget).await;
-            };
-            let sent = Instant::now();
-            if self.keep_alive(spare.id, budget).await? {
-                return Ok(Granted {
-                    renewed: sent,
-                    state_rev: 0,
-                    ..spare
-                });
-            }
+    /// The session lease of `holder` for `ttl`, and whether it must be
+    /// kept alive before an acquisition or renewal sent at `sent` may
+    /// count on it (false for one granted after `sent`). Grants one when
+    /// there is none, or when the one there may be ending.
+    pub(super) async fn session_for(
+        &self,
+        holder: &HolderId,
+        ttl: Duration,
+        sent: Instant,
+        budget: Budget,
+    ) -> Result<(Session, bool)> {
+        let key = (holder.clone(), ttl_secs(ttl));
+        let now = Instant::now();
+        let known = self.sessions.lock().ok().and_then(|s| s.get(&key).copied());
+        if let Some(s) = known.filter(|s| s.renewed + secs(s.ttl_s) > now + SESSION_MARGIN) {
+            return Ok((s, s.renewed < sent));
         }
+        let granted = self.grant(ttl, budget).await?;
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.insert(key, granted);
+        }
+        Ok((granted, false))
     }
 
-    /// Keeps the etcd lease of a released acquisition for the next one, or
-    /// revokes it (one not granted by this store for an acquisition, one
-    /// about to end, or one too many).
-    pub(super) fn spare(&self, granted: Option<Granted>, id: i64) {
-        if let Some(g) = granted.filter(|g| g.id == id && g.asked_s > 0) {
-            if let Ok(mut spares) = self.spares.lock() {
-                if spares.len() < SPARES && g.fresh(SPARE_MARGIN) {
-                    spares.push(g);
-                    return;
+    /// Notes a keep-alive of etcd lease `id` sent at `sent`: its answer,
+    /// whether etcd still has it (a session it ended is forgotten).
+    pub(super) fn kept_alive(&self, id: i64, sent: Instant, alive: bool) {
+        if alive {
+            if let Ok(mut sessions) = self.sessions.lock() {
+                for s in sessions.values_mut().filter(|s| s.id == id) {
+                    s.renewed = s.renewed.max(sent);
                 }
             }
+        } else {
+            self.session_gone(id);
         }
-        self.discard(id);
     }
 
-    /// Revokes an etcd lease that no key of the store uses any more, in
-    /// the background (best effort: unrevoked, it expires with its TTL).
-    pub(super) fn discard(&self, id: i64) {
-        let Some(mut client) = self.members.connected() else {
-            return;
+    /// Forgets session lease `id` (etcd no longer has it).
+    pub(super) fn session_gone(&self, id: i64) {
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.retain(|_, s| s.id != id);
+        }
+        if let Ok(mut keepers) = self.keepers.lock() {
+            keepers.remove(&id);
+        }
+    }
+
+    /// The remembered leases attached to session lease `id` whose holder
+    /// gave them up (their TTL ran out since their last renewal), at most
+    /// once per a quarter of the session's TTL; they are forgotten. A
+    /// keep-alive of the session would keep their keys alive in etcd: the
+    /// caller deletes them first ([`EtcdStore::abandon`]).
+    pub(super) fn abandoned(&self, id: i64) -> Vec<(WorkId, u64, Granted)> {
+        let now = Instant::now();
+        let due = self.sessions.lock().ok().is_some_and(|mut sessions| {
+            let mut due = false;
+            for s in sessions.values_mut().filter(|s| s.id == id) {
+                if s.swept + secs(s.ttl_s) / 4 <= now {
+                    s.swept = now;
+                    due = true;
+                }
+            }
+            due
+        });
+        if !due {
+            return Vec::new();
+        }
+        let Ok(mut leases) = self.leases.lock() else {
+            return Vec::new();
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = client.lease_revoke(id).await {
-                    tracing::debug!(lease = id, error = %e, "cannot revoke an unused etcd lease: it expires with its TTL");
-                }
-            });
+        let gone: Vec<_> = leases
+            .iter()
+            .filter(|(_, g)| g.id == id && g.given_up(now))
+            .map(|((w, t), g)| (w.clone(), *t, *g))
+            .collect();
+        for (w, t, _) in &gone {
+            leases.remove(&(w.clone(), *t));
         }
-    }
-
-    /// Renews etcd lease `id` once; false when etcd no longer has it.
-    pub(super) async fn keep_alive(&self, id: i64, budget: Budget) -> Result<bool> {
-        // A stream: `rpc`'s attempt timeout bounds the whole of it (the
-        // reply may wait for a new leader), not only its opening.
-        self.rpc("renew the etcd lease", budget, |mut c| async move {
-            match c.lease_keep_alive(id).await {
-                Ok(_) => Ok(true),
-                // etcd answers a renewal of an unknown lease with a TTL of
-                // 0, which the client turns into this error.
-                Err(etcd_client::Error::LeaseKeepAliveError(m)) if m.contains("not found") => {
-                    Ok(false)
-                }
-                Err(e) => Err(e),
-            }
-        })
-        .await
+        gone
     }
 
     /// The time left on etcd lease `id`, rounded up to whole seconds
@@ -182,10 +215,7 @@ impl EtcdStore {
     /// granted, when this store knows it.
     pub(super) fn budget_of(&self, lease: LeaseRef<'_>) -> Budget {
         match self.remembered(lease.work_id, lease.fencing_token) {
-            Some(g) if g.ttl_s > 0 => Budget::lease(
-                &self.config,
-                Duration::from_secs(u64::try_from(g.ttl_s).unwrap_or(0)),
-            ),
+            Some(g) if g.ttl_s > 0 => Budget::lease(&self.config, secs(g.ttl_s)),
             _ => Budget::plain(&self.config),
         }
     }
@@ -198,6 +228,9 @@ impl EtcdStore {
             .copied()
     }
 }
+
+/// The session leases of a store, by holder and TTL in etcd seconds.
+pub(super) type Sessions = HashMap<(HolderId, i64), Session>;
 
 #[cfg(test)]
 mod tests {

@@ -113,16 +113,6 @@ impl Members {
         }
         Ok(client)
     }
-
-    /// A connected client, the preferred member's if it is connected, for
-    /// background work that must not wait (revocations of unused etcd
-    /// leases).
-    pub(super) fn connected(&self) -> Option<Client> {
-        let first = self.preferred();
-        (0..self.endpoints.len())
-            .map(|k| (first + k) % self.endpoints.len())
-            .find_map(|i| self.clients[i].get().cloned())
-    }
 }
 
 #[cfg(test)]

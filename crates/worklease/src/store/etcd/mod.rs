@@ -1,6 +1,8 @@
 //! The etcd store (feature `etcd`): leases in an etcd v3 cluster (3.4 or
 //! later) through the `etcd-client` crate, one etcd transaction per lease
-//! operation, expiry judged by etcd's own leases.
+//! operation or batch, expiry judged by etcd's own leases (one per holder
+//! session), and, where etcd keeps a lease alive that its holder no longer
+//! renews, by the observation rule (docs/adr/0010-etcd-sessions.md).
 //!
 //! * **Key layout.** Under a configurable prefix (default
 //!   [`DEFAULT_PREFIX`]), each work ID has four keys,
@@ -9,28 +11,74 @@
 //!   non-ASCII bytes) makes the work ID one path segment, so every work ID
 //!   is distinct (`jobs/a`, `jobs/a/b` and `jobs%2Fa` are independent
 //!   leases) and no work ID can name a key outside the prefix.
-//!   - `live` is attached to an etcd lease: it exists exactly while the
-//!     lease is live by etcd's clock. Its value is the holder ID.
+//!   - `live` is attached to the holder's session lease (below): it
+//!     exists while the lease is live by etcd's clock. Its value is the
+//!     holder ID.
 //!   - `acq` (the acquisition: holder, TTL, previous holder and how its
 //!     lease ended) is written by acquisitions only.
 //!   - `state` (renewals, release, revocation of the current acquisition)
-//!     is written by every other operation and deleted by an acquisition.
+//!     is written by every other operation and deleted by an acquisition:
+//!     its mod revision moves at every renewal and checkpoint, which is
+//!     what a contender watches (the observation rule, below).
 //!   - `ckpt` holds the checkpoint bytes.
 //!
 //!   Only `live` is attached to an etcd lease: when etcd ends the lease,
 //!   the acquisition, its state and the checkpoint stay, and a lease whose
 //!   `acq` is there without its `live` key expired (unless `state` says it
 //!   was released or revoked).
-//! * **Transactions.** Every operation is one etcd transaction that
-//!   compares revisions (and the holder ID, a value) and writes what the
-//!   operation changes together: an acquisition compares that `live` is
-//!   absent and that `acq` and `state` are as it read them, then writes
-//!   `live` (with its etcd lease), `acq` and deletes `state`; a renewal or
-//!   checkpoint compares `live`'s create revision (the fencing token), its
-//!   holder and its etcd lease, and writes `state` (and `ckpt`); a release
-//!   or revocation deletes `live` and writes `state`. A compare that fails
-//!   writes nothing; the store reads the keys again and answers `Held`,
-//!   `Fenced` or `Expired` from what it finds.
+//! * **Sessions: one etcd lease per holder and TTL.** The store keeps one
+//!   etcd lease per (holder ID, TTL in whole etcd seconds), granted on the
+//!   first acquisition and shared by every `live` key of that holder's
+//!   acquisitions with that TTL; it grants a new one only when etcd ended
+//!   it (a keep-alive answers TTL 0, or a transaction finds the lease
+//!   missing: it is granted again and the call tried once more) or when it
+//!   may be ending (less than a second left by this host's clock). So an
+//!   acquisition grants nothing: it is one transaction, with a keep-alive
+//!   of the session lease beside it (its countdown must start after the
+//!   acquisition was sent). A renewal of a batch is one keep-alive per
+//!   distinct session lease (one, usually) beside one transaction. The
+//!   keep-alives of one session lease are shared as in a group commit (one
+//!   in flight; the calls that waited for it take the next, sent after
+//!   each of them) and go as messages on one stream kept open. A
+//!   release or revocation deletes only its own keys and never revokes the
+//!   session lease; an unused one expires with its TTL.
+//!
+//!   A keep-alive extends every key of the session, also that of a lease
+//!   its holder gave up (its TTL ran out by the holder's clock, with no
+//!   renewal since, while other leases of the session still renew). The
+//!   store remembers when it last sent a successful renewal of each of its
+//!   leases, and deletes the `live` keys of those it gave up, comparing
+//!   token, session lease and `state` revision: in the batch a renewal of
+//!   such a lease names (which then answers `Expired`, or `Fenced` when it
+//!   was taken), and beside a keep-alive, at most every quarter TTL per
+//!   session. A lease given up by a process that is gone is freed by etcd
+//!   (the session is no longer kept alive) or by the observation rule.
+//! * **Transactions and batches.** Every operation is one etcd
+//!   transaction that compares revisions (and the holder ID, a value) and
+//!   writes what it changes together. A batch (`acquire_many`,
+//!   `renew_many`, `release_many`; a single call is a batch of one) is one
+//!   transaction whose success branch holds one nested transaction per
+//!   lease (etcd 3.3 and later), `If <the lease is as expected> Then
+//!   <write> Else <get live, acq, state>`: each lease's outcome, and on a
+//!   failure what the keys hold, comes back in the one reply, with the
+//!   single call's rules (`Held`, `Fenced`, `Expired`), and a failed lease
+//!   leaves the others of the batch alone. An acquisition compares that
+//!   `live` is absent and that `acq` and `state` are as this store last
+//!   saw them free (it released the lease, or a failure branch showed it
+//!   free; otherwise it guesses "never acquired"), then writes `live`
+//!   (attached to the session lease), `acq` (with the predecessor) and
+//!   deletes `state`; a wrong guess costs one more round with what the
+//!   failure branch read. A renewal compares `live`'s create revision (the
+//!   fencing token), holder and etcd lease, and writes `state` (moving
+//!   `live` to the holder's session of a longer TTL when it asks for more
+//!   than its session was granted); a checkpoint also compares the
+//!   revision of `state` it last saw and writes `ckpt`; a release deletes
+//!   `live` and writes `state`. Batch limit: etcd's `--max-txn-ops` (128 by
+//!   default) bounds each branch, and a nested transaction gets what its
+//!   parent leaves of it, so a batch names up to `max_txn_ops` −
+//!   [`NESTED_OPS`] leases (124; `max_txn_ops=N` in the URL for a cluster
+//!   run with another limit). A batch of 124 renewals is about 25 KiB, far
+//!   under etcd's 1.5 MiB request limit. An empty batch makes no call.
 //! * **Fencing: etcd's revisions.** The fencing token of an acquisition is
 //!   the revision of its transaction (the create revision of `live`, the
 //!   mod revision of `acq`). etcd's revision is one counter for the whole
@@ -43,24 +91,46 @@
 //!   well per work ID, but it goes back to 1 if someone deletes it by hand
 //!   (or every key under the prefix), and it is a write hot spot; the
 //!   revision needs no key at all. Only wiping the cluster's data (a new
-//!   cluster) starts revisions again from 1.
-//! * **Expiry: etcd's leases, TTLs rounded up to whole seconds.** An
-//!   acquisition grants an etcd lease with the TTL and attaches `live` to
-//!   it; renewals and checkpoints keep it alive (`LeaseKeepAlive`, then the
-//!   transaction that checks the lease is still this holder's). etcd
+//!   cluster) starts revisions again from 1. All leases of one batch
+//!   acquisition share one token value (one revision), each larger than
+//!   every earlier token of its work ID.
+//! * **Expiry: etcd's leases, TTLs rounded up to whole seconds.** etcd
 //!   counts lease TTLs in whole seconds, so a TTL is **rounded up** to the
 //!   next whole second (1500 ms becomes 2 s), and etcd raises it further
 //!   to its minimum lease TTL (1.5 × its election timeout, rounded up: 2 s
 //!   with the default 1 s election timeout). On an etcd with the fix of
 //!   etcd bug #15247 (below), etcd does not end a lease before its
-//!   holder's deadline: it starts a lease's countdown when it grants or
-//!   renews it, after the holder sent its request, and a new Raft leader
-//!   extends every lease by an election timeout. It may end a lease later
-//!   than the TTL: by the rounding, and by up to about half a
-//!   second more, since the leader checks for expired leases every 500 ms.
-//!   Contenders wait that long; holders still count their own TTL. etcd's
-//!   lease clock is the leader's monotonic clock: a wall-clock step on a
-//!   member changes nothing.
+//!   holder's deadline: it starts the session lease's countdown when it
+//!   grants or renews it, after the holder sent the request that counts,
+//!   and a new Raft leader extends every lease. It may end a lease later
+//!   than the TTL: by the rounding, and by up to about half a second more,
+//!   since the leader checks for expired leases every 500 ms. Contenders
+//!   wait that long; holders still count their own TTL. etcd's lease clock
+//!   is the leader's monotonic clock: a wall-clock step on a member
+//!   changes nothing.
+//! * **Liveness under leader changes: the observation rule.** A new Raft
+//!   leader restarts every lease's countdown (etcd-io/etcd#9888, #9395,
+//!   #17132): with leadership moving more often than the TTL (measured on
+//!   3.4: every 3, 4 or 6 s with a 5 s TTL), etcd never ends a dead
+//!   holder's lease. So liveness does not rest on etcd's lessor alone. The
+//!   *version* of a held lease is (create and mod revision of `live`, mod
+//!   revision of `state`), and every renewal and checkpoint moves it. A
+//!   contender notes when it first saw a version (when the read that
+//!   showed it returned: never before the holder sent the write that made
+//!   it); once it has seen it unchanged for the holder's TTL (that of the
+//!   renewal that wrote `state`, rounded up to whole etcd seconds) by its
+//!   own monotonic clock, the holder's deadline (that send + TTL − margin)
+//!   has passed, and it deletes `live` in a transaction comparing exactly
+//!   that version, then acquires. A renewal that lands first moves the
+//!   version and the deletion changes nothing; one that lands after finds
+//!   `live` gone. The slack of this rule is the rounding to whole seconds:
+//!   a contender that watched from before the holder stopped acquires
+//!   within the TTL rounded up + a poll interval + a few round trips,
+//!   whatever the leader does; one that comes later waits a whole TTL from
+//!   its first look (or etcd's expiry, whichever is first). `Held`'s
+//!   `expires_in` is how long the contender must still see the version
+//!   unchanged (an upper bound: etcd's expiry and the watch may free it
+//!   sooner).
 //!
 //!   **etcd bug #15247: a paused old leader revokes leases.** A Raft
 //!   leader that is paused (SIGSTOP, a VM freeze, a long GC or I/O stall)
@@ -77,14 +147,8 @@
 //!   3.4.30 and 3.5 below 3.5.13, the first patch releases believed to
 //!   carry the fix (check etcd's CHANGELOG). Fencing tokens still protect
 //!   downstream writes: the second holder's token is higher, so a resource
-//!   that checks tokens refuses the first holder's late writes.
-//!   A renewal that asks for a longer TTL than the lease was granted with
-//!   (another handle of the same holder with a longer TTL) moves `live` to
-//!   a new etcd lease in its transaction. A store keeps the etcd leases of
-//!   the acquisitions it released (up to 64, while they have more than a
-//!   second left) and gives one to its next acquisition with the same TTL,
-//!   renewed first: a keep-alive, which the leader handles alone, instead
-//!   of a grant now and a revocation later, which both go through Raft.
+//!   that checks tokens refuses the first holder's late writes. With
+//!   sessions, such a revocation ends every key of the session at once.
 //! * **Push hand-off.** A store with waiters keeps one etcd watch on the
 //!   `live` keys under its prefix (deletions only) and wakes this process's
 //!   waiters of a work ID when its `live` key is deleted: on release,
@@ -125,15 +189,15 @@
 //!   a stale token fails as before (S1–S3). A release compares token and
 //!   holder: a second copy finds `live` gone and changes nothing. An
 //!   acquisition compares that `live` is absent and `acq` and `state` are
-//!   as read, so at most one copy applies; when the next read finds `live`
-//!   attached to the etcd lease this call granted (or renewed from its
-//!   spares: no other key uses it), naming this holder, as the current
-//!   acquisition, the acquisition is this call's and it returns it. When
-//!   every try fails, the acquisition returns a store error and revokes
-//!   that etcd lease (as before): an acquisition that was applied after
-//!   all ends at once, or at its TTL if the revocation fails too. A grant
-//!   applied twice leaves an unused etcd lease that expires with its TTL.
-//!   The watch follows the store to the next member when its stream
+//!   as seen, so at most one copy applies; `acq` holds a number the call
+//!   drew, so when a later copy's failure branch shows the current
+//!   acquisition with this call's number and holder, the acquisition is
+//!   this call's and it returns it. When every try fails, the acquisition
+//!   returns a store error; an acquisition that was applied after all
+//!   lives on the session lease until the observation rule (or etcd's
+//!   expiry, once the session is no longer kept alive) frees it.
+//!   A session lease grant applied twice leaves an unused etcd lease that
+//!   expires with its TTL. The watch follows the store to the next member when its stream
 //!   breaks.
 //!
 //! Operating etcd for leases:
@@ -155,6 +219,25 @@
 //! Limits: etcd refuses requests above 1.5 MiB by default, which the
 //! largest checkpoint (1 MiB, [`crate::limits::MAX_CHECKPOINT_BYTES`])
 //! stays under. `inspect` of every lease lists the `acq` keys in pages.
+//! A batch names up to [`MAX_TXN_OPS`] − [`NESTED_OPS`] leases.
+//!
+//! What the store does **not** guarantee:
+//! * that etcd ends a lease at its TTL: it may end it up to a second and
+//!   a half later (rounding, sweep), much later under leader changes (the
+//!   observation rule then frees it within the TTL rounded up of the
+//!   contender's first look), and a lease given up while its session is
+//!   kept alive lasts until the store's sweep or a contender's
+//!   observation;
+//! * S1 on an etcd without the fix of bug #15247 when a leader is paused
+//!   (fencing tokens still order the holders), nor fencing tokens after a
+//!   snapshot restore without `--bump-revision`;
+//! * that etcd's lessor is the only clock: the observation rule counts
+//!   on the holder's and the contender's monotonic clocks running at
+//!   about the same rate (the holder's safety margin covers the drift);
+//! * distinct tokens within one batch acquisition: its leases share one
+//!   revision (each still larger than every earlier token of its work ID);
+//! * that an acquisition whose reply was lost and whose call gave up is
+//!   freed at once: it stays until the observation rule or etcd frees it.
 //!
 //! URL: `etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/][?prefix=P]`
 //! ([`EtcdConfig::from_url`]); the port defaults to 2379. A user name
@@ -195,15 +278,21 @@
 // The code by concern: the configuration (`config`) and its URL (`url`);
 // the key layout (`keys`) and what one read of a work ID's keys says
 // (`snapshot`); one client per member (`members`) and sending a request
-// with fail-over (`rpc`); the etcd leases of acquisitions (`leases`); the
-// operations (`ops`: the `LeaseStore` implementation, with acquire, read
-// checkpoint, release and revoke; `renew`: renewal and checkpoint;
-// `inspect`); and the watch for push hand-off (`watch`).
+// with fail-over (`rpc`); the session leases and what the store remembers
+// of its acquisitions (`leases`), and their keep-alives (`keepalive`); the operations (`ops`: the `LeaseStore`
+// implementation, with read checkpoint and revoke; `acquire`: acquisition
+// of one or a batch; `batch`: renewal and release of one or a batch;
+// `renew`: checkpoint; `inspect`); the observation rule (`observe`); and
+// the watch for push hand-off (`watch`).
+mod acquire;
+mod batch;
 mod config;
 mod inspect;
+mod keepalive;
 mod keys;
 mod leases;
 mod members;
+mod observe;
 mod ops;
 mod renew;
 mod rpc;
@@ -231,13 +320,32 @@ use crate::error::{InvalidInput, StoreError};
 use crate::limits::WorkId;
 use crate::store::notify::Watchers;
 
+use keepalive::Keepers;
 use keys::LIVE;
-use leases::Granted;
+use leases::{Granted, Sessions};
 use members::Members;
+use observe::Observations;
 use rpc::Budget;
+use snapshot::Free;
 use watch::Wakeups;
 
 const KIND: &str = "etcd";
+
+/// etcd's default `--max-txn-ops`: the most operations (or compares) one
+/// branch of a transaction may hold. A batch is one transaction whose
+/// success branch holds one nested transaction per lease, and etcd gives
+/// a nested transaction what its parent leaves of the limit: a batch of
+/// `n` leases whose nested transactions hold up to [`NESTED_OPS`]
+/// operations per branch needs `n + NESTED_OPS <= max_txn_ops`. So
+/// [`LeaseStore::max_batch`](crate::LeaseStore::max_batch) is
+/// `max_txn_ops - NESTED_OPS`, 124 by default; a cluster run with another
+/// `--max-txn-ops` takes `max_txn_ops=N` in the store URL
+/// ([`EtcdConfig::max_txn_ops`]).
+pub const MAX_TXN_OPS: usize = 128;
+
+/// The most operations (compares, or requests of one branch) of the
+/// nested transaction a batch holds per lease.
+pub const NESTED_OPS: usize = 4;
 
 /// How often a transaction is tried again when another writer got between
 /// its read and its write.
@@ -267,12 +375,16 @@ pub struct EtcdStore {
     /// The newest revision any reply showed (a lower bound of the
     /// cluster's current revision).
     seen: AtomicI64,
-    /// The etcd leases of this store's acquisitions, by (work ID, token).
+    /// What this store knows of its acquisitions, by (work ID, token).
     leases: Mutex<HashMap<(WorkId, u64), Granted>>,
-    /// etcd leases of released acquisitions, for the next acquisitions
-    /// with the same TTL: a keep-alive (handled by the leader alone)
-    /// instead of a grant now and a revocation later (both replicated).
-    spares: Mutex<Vec<Granted>>,
+    /// The session leases, by holder and TTL in etcd seconds.
+    sessions: Mutex<Sessions>,
+    /// The last keep-alive of each session lease.
+    keepers: Mutex<Keepers>,
+    /// Work IDs this store saw free, for its next acquisitions.
+    free: Mutex<HashMap<WorkId, Free>>,
+    /// When this store first saw each version of leases held by others.
+    observed: Mutex<Observations>,
     wakeups: Arc<Wakeups>,
     /// Whether the watch task runs.
     watching: Mutex<bool>,
@@ -304,7 +416,10 @@ impl EtcdStore {
             config,
             seen: AtomicI64::new(0),
             leases: Mutex::new(HashMap::new()),
-            spares: Mutex::new(Vec::new()),
+            sessions: Mutex::new(HashMap::new()),
+            keepers: Mutex::new(HashMap::new()),
+            free: Mutex::new(HashMap::new()),
+            observed: Mutex::new(HashMap::new()),
             wakeups: Arc::new(Wakeups {
                 watchers: Watchers::default(),
                 all: tokio::sync::watch::channel(0).0,
@@ -356,6 +471,11 @@ impl EtcdStore {
     /// The configuration.
     pub fn config(&self) -> &EtcdConfig {
         &self.config
+    }
+
+    /// The most leases one batch call names.
+    fn max_batch_len(&self) -> usize {
+        self.config.max_txn_ops.saturating_sub(NESTED_OPS).max(1)
     }
 
     /// The keys of `work_id` (for operators and tests).

@@ -1,5 +1,7 @@
-//! Renewal and checkpoint: one transaction after the etcd lease's
-//! keep-alive.
+//! Checkpoint (and the renewal of a lease whose `live` key another handle
+//! of the holder moved to another etcd lease): one transaction after the
+//! etcd lease's keep-alive. Renewals of one lease or of a batch are in
+//! `batch.rs`.
 
 use std::time::{Duration, SystemTime};
 
@@ -45,17 +47,18 @@ impl EtcdStore {
                     Granted {
                         id: live.lease(),
                         ttl_s: snap.granted(),
-                        asked_s: 0,
+                        ttl,
                         renewed: Instant::now(),
-                        state_rev: snap.state.as_ref().map_or(0, |(_, r)| *r),
+                        state_rev: snap.state_rev(),
                     }
                 }
             };
             // The etcd lease must last the TTL from now: renew it when it
-            // was granted at least as long, else move to a new one.
+            // was granted at least as long, else move to the holder's
+            // session lease of this TTL.
             let sent = Instant::now();
             let attached = if current.ttl_s >= want {
-                if !self.keep_alive(current.id, budget).await? {
+                if !self.keep_alive_after(current.id, sent, budget).await? {
                     // etcd answers so only once it deleted the lease's
                     // keys; ours may have moved to another lease meanwhile
                     // (another handle of the holder).
@@ -72,10 +75,22 @@ impl EtcdStore {
                 }
                 Granted {
                     renewed: sent,
+                    ttl,
                     ..current
                 }
             } else {
-                self.grant(ttl, budget).await?
+                let (s, stale) = self.session_for(lease.holder_id, ttl, sent, budget).await?;
+                if stale && !self.keep_alive_after(s.id, sent, budget).await? {
+                    known = None;
+                    continue;
+                }
+                Granted {
+                    id: s.id,
+                    ttl_s: s.ttl_s,
+                    ttl,
+                    renewed: sent,
+                    state_rev: current.state_rev,
+                }
             };
             let moved = attached.id != current.id;
             let state = State {
@@ -83,6 +98,7 @@ impl EtcdStore {
                 phase: Phase::Held.as_str().to_string(),
                 at_ms: now_ms().saturating_add(millis(ttl)),
                 granted_s: attached.ttl_s,
+                ttl_ms: millis(ttl),
             };
             let mut ops = vec![TxnOp::put(keys.state.as_str(), to_json(&state), None)];
             if moved {
@@ -117,19 +133,8 @@ impl EtcdStore {
             } else {
                 "renew"
             };
-            let resp = match self.txn(txn, what, budget).await {
-                Ok(r) => r,
-                Err(e) => {
-                    if moved {
-                        self.discard(attached.id);
-                    }
-                    return Err(e);
-                }
-            };
+            let resp = self.txn(txn, what, budget).await?;
             if resp.succeeded() {
-                if moved {
-                    self.discard(current.id);
-                }
                 let state_rev = resp.header().map_or(0, ResponseHeader::revision);
                 self.remember(
                     lease.work_id,
@@ -140,9 +145,6 @@ impl EtcdStore {
                     },
                 );
                 return Ok(SystemTime::now() + ttl);
-            }
-            if moved {
-                self.discard(attached.id);
             }
             let snap = Self::failure_snapshot(&resp)?;
             if let Err(e) = snap.check(lease) {

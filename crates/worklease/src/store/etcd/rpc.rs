@@ -148,6 +148,11 @@ impl Budget {
     }
 
     /// The timeout of an attempt started now; `None` once past `until`.
+    pub(super) fn attempt_now(&self) -> Option<Duration> {
+        self.next_attempt()
+    }
+
+    /// The timeout of an attempt started now; `None` once past `until`.
     fn next_attempt(&self) -> Option<Duration> {
         match self.until {
             None => Some(self.attempt),

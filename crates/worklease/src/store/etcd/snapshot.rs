@@ -1,6 +1,8 @@
 //! The values of the keys and [`Snapshot`], what one read of a work ID's
 //! keys says about its lease.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use etcd_client::{KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use serde::{Deserialize, Serialize};
@@ -9,6 +11,7 @@ use crate::error::{Error, Result, StoreError};
 use crate::store::record::{self, Phase};
 use crate::store::{LeaseEnd, LeaseRef, PreviousHolder};
 
+use super::leases::{secs, ttl_secs};
 use super::rpc::Budget;
 use super::{EtcdKeys, EtcdStore, KIND};
 
@@ -30,6 +33,10 @@ pub(super) struct Acquisition {
     /// The expiry estimate by the acquirer's wall clock, in Unix ms.
     pub(super) exp_ms: u64,
     pub(super) prev: Option<StoredPrevious>,
+    /// A number drawn by the acquiring call: a copy of its transaction
+    /// that was applied although its reply was lost is recognised by it.
+    #[serde(default)]
+    pub(super) nonce: u64,
 }
 
 /// The value of `state`.
@@ -45,6 +52,10 @@ pub(super) struct State {
     /// Held: the TTL etcd granted the lease now attached to `live`.
     #[serde(default)]
     pub(super) granted_s: i64,
+    /// Held: the TTL of the renewal that wrote it, in ms (0 in values
+    /// written before it was kept: the acquisition's TTL counts).
+    #[serde(default)]
+    pub(super) ttl_ms: u64,
 }
 
 pub(super) fn bad_value(what: &str) -> Error {
@@ -75,7 +86,7 @@ pub(super) struct Snapshot {
 impl Snapshot {
     /// Builds a snapshot from the responses of gets of `live`, `acq`,
     /// `state` and (optionally) `ckpt`, in that order.
-    fn from_responses(responses: Vec<TxnOpResponse>) -> Result<Self> {
+    pub(super) fn from_responses(responses: Vec<TxnOpResponse>) -> Result<Self> {
         let mut kvs = responses.into_iter().map(|r| match r {
             TxnOpResponse::Get(mut g) => Ok(g.take_kvs().into_iter().next()),
             other => Err(bad_value(&format!("a read answered {other:?}"))),
@@ -158,6 +169,41 @@ impl Snapshot {
             .map_or(acq.granted_s, |s| s.granted_s)
     }
 
+    /// The TTL its holder counts for the version of the lease this
+    /// snapshot shows: that of the renewal that wrote `state`, else that
+    /// of the acquisition; rounded up to whole etcd seconds, and at least
+    /// what etcd granted the holder's etcd lease.
+    pub(super) fn holder_ttl(&self) -> Duration {
+        let Some((acq, token)) = &self.acq else {
+            return Duration::ZERO;
+        };
+        let ms = self
+            .state_of(*token)
+            .filter(|s| s.phase == Phase::Held.as_str() && s.ttl_ms > 0)
+            .map_or(acq.ttl_ms, |s| s.ttl_ms);
+        let asked = secs(ttl_secs(Duration::from_millis(ms)));
+        asked.max(secs(self.granted()))
+    }
+
+    /// The mod revision of `state` (0: absent).
+    pub(super) fn state_rev(&self) -> i64 {
+        self.state.as_ref().map_or(0, |(_, r)| *r)
+    }
+
+    /// How the lease would stand for the next acquisition, were `live`
+    /// gone: the revisions it compares and the predecessor it records.
+    pub(super) fn free(&self) -> Free {
+        Free {
+            acq_rev: self.token().unwrap_or(0),
+            state_rev: self.state_rev(),
+            prev: self.acq.as_ref().map(|(acq, token)| StoredPrevious {
+                holder: acq.holder.clone(),
+                token: *token,
+                end: self.end().as_str().to_string(),
+            }),
+        }
+    }
+
     /// The previous holder, as the last acquisition recorded it.
     pub(super) fn previous(&self) -> Option<PreviousHolder> {
         let p = self.acq.as_ref()?.0.prev.as_ref()?;
@@ -199,6 +245,17 @@ impl Snapshot {
             _ => record::fenced(lease),
         }
     }
+}
+
+/// What an acquisition of a free lease compares and records: the mod
+/// revisions of `acq` (0: never acquired) and `state` as last seen, and
+/// the predecessor. A store keeps it for the work IDs it released or found
+/// free, so that the next acquisition is one transaction.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Free {
+    pub(super) acq_rev: u64,
+    pub(super) state_rev: i64,
+    pub(super) prev: Option<StoredPrevious>,
 }
 
 /// Gets of the keys a [`Snapshot`] reads.

@@ -133,6 +133,7 @@ impl EtcdConfig {
             })?);
         }
         let mut prefix: Option<String> = None;
+        let mut max_ops: Option<String> = None;
         // `cacert`, `cert` and `key`, percent-decoded.
         let mut files: [Option<String>; 3] = [None, None, None];
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -142,6 +143,7 @@ impl EtcdConfig {
             let twice = || url_error(url, format!("the parameter {key:?} appears twice"));
             let slot = match key {
                 "prefix" => &mut prefix,
+                "max_txn_ops" => &mut max_ops,
                 "cacert" => &mut files[0],
                 "cert" => &mut files[1],
                 "key" => &mut files[2],
@@ -149,7 +151,7 @@ impl EtcdConfig {
                     return Err(url_error(
                         url,
                         format!(
-                            "unknown parameter {other:?}: the accepted ones are prefix, and \
+                            "unknown parameter {other:?}: the accepted ones are prefix, max_txn_ops, and \
                              cacert, cert and key with etcds://"
                         ),
                     ))
@@ -170,6 +172,22 @@ impl EtcdConfig {
         if let Some(reason) = check_prefix(&prefix) {
             return Err(url_error(url, reason));
         }
+        let max_txn_ops = match max_ops {
+            None => super::MAX_TXN_OPS,
+            Some(n) => n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > super::NESTED_OPS)
+                .ok_or_else(|| {
+                    url_error(
+                        url,
+                        format!(
+                            "max_txn_ops={n:?}: etcd's --max-txn-ops, a whole number of at least {}",
+                            super::NESTED_OPS + 1
+                        ),
+                    )
+                })?,
+        };
         #[cfg(feature = "etcd-tls")]
         let tls = match tls {
             false => None,
@@ -198,6 +216,7 @@ impl EtcdConfig {
             prefix,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_txn_ops,
             #[cfg(feature = "etcd-tls")]
             tls,
         })
@@ -215,6 +234,9 @@ impl EtcdConfig {
         let mut params = Vec::new();
         if self.prefix != DEFAULT_PREFIX {
             params.push(format!("prefix={}", enc(&self.prefix)));
+        }
+        if self.max_txn_ops != super::MAX_TXN_OPS {
+            params.push(format!("max_txn_ops={}", self.max_txn_ops));
         }
         #[cfg(feature = "etcd-tls")]
         let scheme = match &self.tls {
