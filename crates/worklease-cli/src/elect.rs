@@ -73,6 +73,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
                         let token = l.token();
                         tracing::info!(generation = l.generation(), "leading");
                         let child = spawn(command, &token, &child_url)
+                            .await
                             .map_err(|e| cannot_run(command, e))?;
                         let describe = || {
                             l.lost_cause().map_or_else(

@@ -335,7 +335,7 @@ impl Slots {
         }
         // Never a child for a lease past its deadline.
         let token = ctx.ensure_live().map_err(|e| transient(e.to_string()))?;
-        let child = match spawn_in_group(&self.command, &token, &self.child_url, true) {
+        let child = match spawn_in_group(&self.command, &token, &self.child_url, true).await {
             Ok(child) => child,
             // Out of processes, memory or file descriptors: try again later.
             Err(e) if e.raw_os_error().is_some_and(short_of_resources) => {

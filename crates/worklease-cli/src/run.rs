@@ -80,7 +80,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     };
 
-    let child = match spawn(&args.command, &token, &child_url) {
+    let child = match spawn(&args.command, &token, &child_url).await {
         Ok(child) => child,
         Err(e) => {
             if let Ok(token) = renewal.stop().await {

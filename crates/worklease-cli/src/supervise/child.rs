@@ -32,7 +32,7 @@ pub struct Child {
 /// terminal, the child gets `/dev/null` instead: in a background process
 /// group, reading the terminal would stop it (SIGTTIN) while it holds the
 /// lease.
-pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::Result<Child> {
+pub async fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::Result<Child> {
     let terminal = std::io::stdin().is_terminal();
     if terminal {
         tracing::info!(
@@ -41,7 +41,7 @@ pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::R
              to give it some"
         );
     }
-    spawn_in_group(command, token, store_url, terminal)
+    spawn_in_group(command, token, store_url, terminal).await
 }
 
 /// Starts `command` in its own process group with the `WORKLEASE_*`
@@ -49,11 +49,14 @@ pub fn spawn(command: &[OsString], token: &Token, store_url: &str) -> std::io::R
 /// Linux it is killed if this process dies. With `null_stdin` its stdin is
 /// `/dev/null`, else this process's.
 ///
+/// Returns once the command runs (its `exec` succeeded).
+///
 /// # Errors
 /// The spawn's: `NotFound` when the program does not exist (or is not in
-/// `PATH`), `PermissionDenied` when it is a directory or not executable,
-/// `InvalidInput` for an empty `command`.
-pub fn spawn_in_group(
+/// `PATH`, or its `#!` interpreter does not exist), `PermissionDenied`
+/// when it is a directory or not executable, another `exec` error as it
+/// came, `InvalidInput` for an empty `command`.
+pub async fn spawn_in_group(
     command: &[OsString],
     token: &Token,
     store_url: &str,
@@ -64,6 +67,11 @@ pub fn spawn_in_group(
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given"))?;
     // Found here, so that a missing command is an error of the spawn.
     let resolved = super::exec::resolve(program)?;
+    #[cfg(target_os = "linux")]
+    let (report, child_end) = super::exec::report_pipe()?;
+    #[cfg(target_os = "linux")]
+    let mut cmd = child_command(&resolved, program, &child_end)?;
+    #[cfg(not(target_os = "linux"))]
     let mut cmd = child_command(&resolved, program);
     cmd.args(rest)
         .env("WORKLEASE_WORK_ID", token.work_id().as_str())
@@ -92,20 +100,49 @@ pub fn spawn_in_group(
     });
     // Cannot fail with a valid set; a child must never be dropped here.
     let _ = job_control_mask(nix::sys::signal::SigmaskHow::SIG_UNBLOCK);
+    #[cfg(target_os = "linux")]
+    {
+        // Only the child holds its end now: end of file comes at its exec.
+        drop(child_end);
+        let child = spawned?;
+        // An exec that failed: the starter exits at once (reaped in the
+        // background once dropped), and the spawn fails as a direct exec
+        // would have.
+        report.wait().await?;
+        Ok(child)
+    }
+    #[cfg(not(target_os = "linux"))]
     spawned
 }
 
 /// The command that starts `resolved`: through this binary
 /// ([`super::exec::EXEC_CHILD`], which asks for the parent-death signal,
-/// Linux), with `argv0` as the command's own name.
+/// Linux), with `argv0` as the command's own name and `report` as the
+/// descriptor it reports a failed `exec` on.
+///
+/// # Errors
+/// `Other` when `/proc` is not mounted (this binary is started as
+/// `/proc/self/exe`).
 #[cfg(target_os = "linux")]
-fn child_command(resolved: &std::path::Path, argv0: &std::ffi::OsStr) -> tokio::process::Command {
+fn child_command(
+    resolved: &std::path::Path,
+    argv0: &std::ffi::OsStr,
+    report: &std::os::fd::OwnedFd,
+) -> std::io::Result<tokio::process::Command> {
+    use std::os::fd::AsRawFd;
+    if !std::path::Path::new(super::exec::SELF_EXE).exists() {
+        return Err(std::io::Error::other(format!(
+            "{} is missing (is /proc mounted?): worklease starts its children through it",
+            super::exec::SELF_EXE
+        )));
+    }
     let mut cmd = tokio::process::Command::new(super::exec::SELF_EXE);
     cmd.arg(super::exec::EXEC_CHILD)
         .arg(nix::unistd::getpid().to_string())
+        .arg(report.as_raw_fd().to_string())
         .arg(resolved)
         .arg(argv0);
-    cmd
+    Ok(cmd)
 }
 
 /// The command that starts `resolved` itself, named `argv0` (no
