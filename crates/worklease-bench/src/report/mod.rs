@@ -403,7 +403,7 @@ mod tests {
         assert_eq!(etcd[1].met, Some(true));
         let md = markdown(&r, "run.json", &[]);
         assert!(md.contains("## Cycle (reused IDs)"));
-        assert!(md.contains("three round trips"));
+        assert!(md.contains("an acquisition is one transaction"));
     }
 
     #[test]
