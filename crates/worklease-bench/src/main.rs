@@ -277,7 +277,7 @@ impl Plan {
                 scale_sizes: vec![1_000, 10_000, 100_000],
                 scale_register_sizes: vec![1_000],
                 scale_ttl: Duration::from_secs(10),
-                scale_window: Duration::from_secs(20),
+                scale_window: Duration::from_secs(60),
                 scale_acquire_limit: Duration::from_secs(60),
                 scale_acquire_batch: 1000,
                 scale_acquire_in_flight: 4,

@@ -313,10 +313,9 @@ impl Leases {
     /// renewal came back.
     pub(crate) fn note_renewed(&self, token: &Token) {
         if let Some(left) = token.remaining() {
-            let work_id = token.work_id.to_string();
-            metrics::gauge!(m::LEASE_REMAINING_SECONDS, "work_id" => work_id.clone())
+            metrics::gauge!(m::LEASE_REMAINING_SECONDS, "work_id" => token.work_id.label())
                 .set(left.as_secs_f64());
-            metrics::gauge!(m::LEASE_TTL_SECONDS, "work_id" => work_id)
+            metrics::gauge!(m::LEASE_TTL_SECONDS, "work_id" => token.work_id.label())
                 .set(self.inner.ttl.as_secs_f64());
         }
     }

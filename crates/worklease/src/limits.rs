@@ -120,6 +120,14 @@ checked_id!(
     WorkId, "work ID", MAX_WORK_ID_BYTES, EmptyWorkId
 );
 
+impl WorkId {
+    /// The work ID's shared text as a metrics label, without a copy (the
+    /// per-lease gauges are set at every renewal).
+    pub(crate) fn label(&self) -> metrics::SharedString {
+        metrics::SharedString::from(self.0.clone())
+    }
+}
+
 checked_id!(
     /// A checked holder ID: 1 to [`MAX_HOLDER_ID_BYTES`] bytes of UTF-8
     /// without control characters. Clones share the text (every token of

@@ -143,7 +143,6 @@ struct Entry {
     tx: watch::Sender<Shared>,
     lost: CancellationToken,
     watch_abort: Option<AbortHandle>,
-    _held: HeldGauge,
 }
 
 impl Entry {
@@ -171,9 +170,14 @@ struct Scheduler {
     deadlines: BTreeSet<(Instant, u64)>,
     batches: FuturesUnordered<BoxFuture<'static, BatchDone>>,
     watches: FuturesUnordered<BoxFuture<'static, Option<u64>>>,
+    /// Counts the entries in `worklease_leases_held` (one gauge for all).
+    held: HeldGauge,
 }
 
 async fn run(leases: Weak<Inner>, mut commands: mpsc::UnboundedReceiver<Command>) {
+    let kind = leases
+        .upgrade()
+        .map_or("unknown", |inner| inner.store.kind());
     let mut s = Scheduler {
         leases,
         max_interval: Duration::ZERO,
@@ -182,12 +186,25 @@ async fn run(leases: Weak<Inner>, mut commands: mpsc::UnboundedReceiver<Command>
         deadlines: BTreeSet::new(),
         batches: FuturesUnordered::new(),
         watches: FuturesUnordered::new(),
+        held: HeldGauge {
+            store: kind,
+            count: 0,
+        },
     };
+    // One timer for the loop, moved when the next wake-up moves (a new
+    // timer per turn of the loop costs a registration each).
+    let sleep = tokio::time::sleep_until(far_future());
+    tokio::pin!(sleep);
+    let mut armed = None;
     loop {
         let now = Instant::now();
         s.expire(now);
         s.send_due(now);
         let wake = s.next_wake();
+        if wake != armed {
+            sleep.as_mut().reset(wake.unwrap_or_else(far_future));
+            armed = wake;
+        }
         tokio::select! {
             biased;
             cmd = commands.recv() => match cmd {
@@ -204,16 +221,17 @@ async fn run(leases: Weak<Inner>, mut commands: mpsc::UnboundedReceiver<Command>
                     s.notified(id);
                 }
             }
-            _ = sleep_until(wake) => {}
+            () = &mut sleep, if armed.is_some() => {
+                // Fired: the next turn sets it again if anything waits.
+                armed = None;
+            }
         }
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
+/// A wake-up time for a timer that waits for nothing (a year from now).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 impl Scheduler {
@@ -242,8 +260,8 @@ impl Scheduler {
             tx: start.tx,
             lost: start.lost,
             watch_abort: None,
-            _held: HeldGauge::new(leases.store().kind()),
         };
+        self.held.add(1);
         self.max_interval = self.max_interval.max(start.interval);
         self.due.insert((next_due, start.id));
         if let Some(d) = deadline {
@@ -275,6 +293,7 @@ impl Scheduler {
         let Some(e) = self.entries.remove(&id) else {
             return;
         };
+        self.held.add(-1);
         self.due.remove(&(e.next_due, id));
         if let Some(d) = e.deadline {
             self.deadlines.remove(&(d, id));
@@ -405,8 +424,13 @@ impl Scheduler {
         }
     }
 
+    /// When the loop must look again: the first deadline, and the first
+    /// renewal due unless every batch slot is taken (then a batch's reply
+    /// wakes the loop: waking for a lease already due would spin).
     fn next_wake(&self) -> Option<Instant> {
-        let due = self.due.first().map(|&(t, _)| t);
+        let due = (self.batches.len() < MAX_BATCHES_IN_FLIGHT)
+            .then(|| self.due.first().map(|&(t, _)| t))
+            .flatten();
         let deadline = self.deadlines.first().map(|&(t, _)| t);
         match (due, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -536,19 +560,24 @@ impl Scheduler {
     }
 }
 
-/// Counts a lease under renewal in `worklease_leases_held`, until its entry
-/// is removed (stop, loss, the end of the runtime).
-struct HeldGauge(&'static str);
+/// Counts the leases under renewal in `worklease_leases_held`: each entry
+/// from its start until it is removed (stop, loss) or the scheduler ends
+/// with the runtime.
+struct HeldGauge {
+    store: &'static str,
+    count: i64,
+}
 
 impl HeldGauge {
-    fn new(store: &'static str) -> Self {
-        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => store).increment(1.0);
-        Self(store)
+    fn add(&mut self, n: i64) {
+        self.count += n;
+        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => self.store).increment(n as f64);
     }
 }
 
 impl Drop for HeldGauge {
     fn drop(&mut self) {
-        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => self.0).decrement(1.0);
+        metrics::gauge!(crate::metrics::LEASES_HELD, "store" => self.store)
+            .decrement(self.count as f64);
     }
 }

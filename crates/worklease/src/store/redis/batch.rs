@@ -12,6 +12,7 @@ use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::{Grant, LeaseRef};
 
 use super::acquire::Replies;
+use super::keys::{KeyWriter, Kind};
 use super::reply::{array, bad_reply};
 use super::scripts::{lease_outcome, SCRIPTS};
 use super::RedisStore;
@@ -35,9 +36,11 @@ impl RedisStore {
         }
         let mut inv = SCRIPTS.acquire_many.prepare_invoke();
         inv.arg(holder_id.as_str()).arg(ceil_millis(ttl)).arg(max);
+        let mut keys = KeyWriter::new(&self.config.prefix);
         for id in work_ids {
-            let keys = self.lease_keys(id);
-            inv.key(&keys.state).key(&keys.live).key(&keys.fence);
+            inv.key(keys.write(id, Kind::State));
+            inv.key(keys.write(id, Kind::Live));
+            inv.key(keys.write(id, Kind::Fence));
         }
         self.acquisitions(
             &inv,
@@ -61,12 +64,11 @@ impl RedisStore {
         }
         let mut inv = SCRIPTS.renew_many.prepare_invoke();
         inv.arg(ceil_millis(ttl));
+        let mut keys = KeyWriter::new(&self.config.prefix);
         for lease in leases {
-            let keys = self.lease_keys(lease.work_id);
-            inv.key(&keys.state)
-                .key(&keys.live)
-                .arg(lease.holder_id.as_str())
-                .arg(lease.fencing_token);
+            inv.key(keys.write(lease.work_id, Kind::State));
+            inv.key(keys.write(lease.work_id, Kind::Live));
+            inv.arg(lease.holder_id.as_str()).arg(lease.fencing_token);
         }
         let replies = self.run_batch(&inv, "renew_many", leases.len()).await?;
         let expires_at = SystemTime::now() + ttl;
@@ -85,11 +87,11 @@ impl RedisStore {
         }
         let mut inv = SCRIPTS.release_many.prepare_invoke();
         inv.arg(self.channel());
+        let mut keys = KeyWriter::new(&self.config.prefix);
         for lease in leases {
-            let keys = self.lease_keys(lease.work_id);
-            inv.key(&keys.state)
-                .key(&keys.live)
-                .arg(lease.holder_id.as_str())
+            inv.key(keys.write(lease.work_id, Kind::State));
+            inv.key(keys.write(lease.work_id, Kind::Live));
+            inv.arg(lease.holder_id.as_str())
                 .arg(lease.fencing_token)
                 .arg(lease.work_id.as_str());
         }

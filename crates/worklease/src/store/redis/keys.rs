@@ -22,6 +22,9 @@ const ESCAPED: &AsciiSet = &CONTROLS.add(b'{').add(b'}').add(b'%');
 
 /// The suffix of the state hash's key, by which `inspect` finds work IDs.
 const STATE: &str = "state";
+const LIVE: &str = "live";
+const CKPT: &str = "ckpt";
+const FENCE: &str = "fence";
 
 /// The Redis keys of one work ID (see the module docs of
 /// [`crate::store::redis`] for what each holds).
@@ -45,10 +48,54 @@ impl LeaseKeys {
         let base = format!("{prefix}{{{}}}:", escape(work_id.as_str()));
         Self {
             state: format!("{base}{STATE}"),
-            live: format!("{base}live"),
-            checkpoint: format!("{base}ckpt"),
-            fence: format!("{base}fence"),
+            live: format!("{base}{LIVE}"),
+            checkpoint: format!("{base}{CKPT}"),
+            fence: format!("{base}{FENCE}"),
         }
+    }
+}
+
+/// One key of a work ID, for the batch calls, which name thousands of
+/// keys: [`KeyWriter::write`] reuses one buffer instead of allocating
+/// every key of every lease ([`LeaseKeys`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    State,
+    Live,
+    Fence,
+}
+
+/// Writes keys into one reused buffer.
+pub(crate) struct KeyWriter<'a> {
+    prefix: &'a str,
+    buf: String,
+}
+
+impl<'a> KeyWriter<'a> {
+    pub(crate) fn new(prefix: &'a str) -> Self {
+        Self {
+            prefix,
+            buf: String::new(),
+        }
+    }
+
+    /// The key of `kind` of `work_id`: the same text as [`LeaseKeys`]'s.
+    pub(crate) fn write(&mut self, work_id: &WorkId, kind: Kind) -> &[u8] {
+        use std::fmt::Write as _;
+        let suffix = match kind {
+            Kind::State => STATE,
+            Kind::Live => LIVE,
+            Kind::Fence => FENCE,
+        };
+        self.buf.clear();
+        // Writing to a String cannot fail.
+        let _ = write!(
+            self.buf,
+            "{}{{{}}}:{suffix}",
+            self.prefix,
+            utf8_percent_encode(work_id.as_str(), ESCAPED)
+        );
+        self.buf.as_bytes()
     }
 }
 
@@ -125,6 +172,18 @@ pub const MAX_PREFIX_BYTES: usize = 256;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_writer_writes_the_keys_of_lease_keys() {
+        for id in ["a", "jobs/{x}%", "é ü"] {
+            let id = WorkId::new(id.to_string()).expect("a valid work ID");
+            let keys = LeaseKeys::new("p:", &id);
+            let mut w = KeyWriter::new("p:");
+            assert_eq!(w.write(&id, Kind::State), keys.state.as_bytes());
+            assert_eq!(w.write(&id, Kind::Live), keys.live.as_bytes());
+            assert_eq!(w.write(&id, Kind::Fence), keys.fence.as_bytes());
+        }
+    }
 
     fn id(s: &str) -> WorkId {
         WorkId::new(s).expect("valid")
