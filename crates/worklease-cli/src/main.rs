@@ -162,6 +162,14 @@ runs on while worklease cannot renew, and the lease expires under it; the
 fencing token is the guard then (`worklease checkpoint set` with the stale
 token is refused with 76; pass WORKLEASE_FENCING_TOKEN to downstream writes).
 
+With --permits N, WORK_ID names a semaphore: run holds any one of its N
+permits (work IDs WORK_ID/permit/0 .. WORK_ID/permit/N-1), so at most N such
+commands run at once across the fleet; the child's WORKLEASE_WORK_ID and
+WORKLEASE_FENCING_TOKEN are its permit's (fence downstream writes per
+permit). Without --wait, run exits 75 while all N are held. Every process of
+one semaphore should give the same N: a smaller N takes effect as permits
+are released (holders above it are not cut off), a larger one at once.
+
 With --wait, a waiter retries every --poll: with SQLite, waiters in other
 processes notice a release at their next poll; only stores with notifications
 wake them at once. An expired lease is taken within TTL + --poll. An s3://
@@ -565,7 +573,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
 
-    /// The work ID to hold (1 to 1024 bytes, no control characters).
+    /// WORK_ID names a semaphore of N permits (1 to 10000): hold any one
+    /// of them (the work IDs WORK_ID/permit/0 to WORK_ID/permit/N-1), so
+    /// that at most N of these commands run at once across the fleet.
+    /// Every process of one semaphore should give the same N. The child's
+    /// WORKLEASE_WORK_ID and WORKLEASE_FENCING_TOKEN are its permit's.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    permits: Option<usize>,
+
+    /// The work ID to hold (1 to 1024 bytes, no control characters), or
+    /// with --permits the semaphore's name.
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_id: WorkId,
 
@@ -685,6 +702,12 @@ pub struct StatusArgs {
     #[arg(long)]
     watch: bool,
 
+    /// Show the semaphore named by the one WORK_ID, with N permits (as
+    /// `run --permits N` takes them): its permits' leases and a line of
+    /// how many are held. A permit never taken is free and not listed.
+    #[arg(long, value_name = "N", value_parser = parse_permits)]
+    permits: Option<usize>,
+
     /// The work IDs to show [default: all].
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_ids: Vec<WorkId>,
@@ -796,6 +819,14 @@ fn parse_poll(s: &str) -> Result<Duration, String> {
 
 fn parse_work_id(s: &str) -> Result<WorkId, String> {
     WorkId::new(s).map_err(|e| e.to_string())
+}
+
+fn parse_permits(s: &str) -> Result<usize, String> {
+    let max = worklease::semaphore::MAX_PERMITS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("a semaphore has 1 to {max} permits, not {s:?}")),
+    }
 }
 
 fn parse_holder_id(s: &str) -> Result<HolderId, String> {

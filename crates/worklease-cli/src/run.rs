@@ -28,7 +28,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use worklease::store::memory::MemoryStore;
 use worklease::store::ExpiryClock;
-use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Token};
+use worklease::{
+    AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Semaphore, Token,
+};
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
@@ -51,15 +53,28 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     args.metrics.serve()?;
     warn_if_memory(&store);
     let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
+    let semaphore = match args.permits {
+        Some(n) => Some(Semaphore::new(leases.clone(), args.work_id.as_str(), n)?),
+        None => None,
+    };
     // Catch signals from now on: a signal while waiting ends the wait, one
     // before the child starts is forwarded to it as soon as it does.
     let mut signals = Signals::install()?;
 
-    let token = match acquire(&leases, &store, &args, &mut signals).await? {
+    let acquired = match &semaphore {
+        Some(semaphore) => acquire_permit(semaphore, &args, &mut signals).await?,
+        None => acquire(&leases, &store, &args, &mut signals).await?,
+    };
+    let token = match acquired {
         Acquired::Token(token) => token,
         Acquired::Interrupted(sig) => {
+            let what = if semaphore.is_some() {
+                "a permit of"
+            } else {
+                "the lease on"
+            };
             eprintln!(
-                "worklease: {sig} while waiting for the lease on {:?}: gave up",
+                "worklease: {sig} while waiting for {what} {:?}: gave up",
                 args.work_id.as_str()
             );
             return Ok(128 + sig as u8);
@@ -97,7 +112,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     };
     let (code, lost_seen) = supervise(child, &renewal, describe, grace, &mut signals).await?;
     if lost_seen {
-        say_lost(&args.work_id, "lease", code);
+        let what = if semaphore.is_some() {
+            "permit"
+        } else {
+            "lease"
+        };
+        say_lost(token.work_id(), what, code);
         return Ok(exit::LOST);
     }
     // The child and what it left in its process group ended inside the
@@ -249,6 +269,67 @@ async fn acquire(
                     return Ok(Acquired::Interrupted(sig));
                 }
                 continue; // no child yet to forward it to
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(args.poll) => {}
+            Some(sig) = signals.recv() => {
+                if terminating(sig) {
+                    return Ok(Acquired::Interrupted(sig));
+                }
+            }
+        }
+    }
+}
+
+/// Takes a permit of `semaphore` (`run --permits`): at once, or with
+/// `--wait` until one is free or a signal arrives.
+async fn acquire_permit(
+    semaphore: &Semaphore,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> Result<Acquired, Failure> {
+    let name = semaphore.name();
+    let n = semaphore.permits();
+    match semaphore.acquire(AcquireOptions::new()).await {
+        Ok(token) => return Ok(Acquired::Token(token)),
+        Err(Error::PermitsHeld { expires_in, .. }) => {
+            let expiry = match expires_in {
+                Some(d) => format!("; the first ends in {} unless renewed", fmt_secs(d)),
+                None => String::new(),
+            };
+            if !args.wait {
+                return Err(Failure::new(
+                    exit::HELD,
+                    format!(
+                        "all {n} permits of semaphore {name:?} are held{expiry}; not waiting: pass --wait to wait for one"
+                    ),
+                ));
+            }
+            tracing::info!(
+                "all {n} permits of semaphore {name:?} are held{expiry}; waiting for one (polling every {})",
+                fmt_secs(args.poll)
+            );
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let options = AcquireOptions::new()
+        .wait_for_lease()
+        .poll_interval(args.poll);
+    loop {
+        tokio::select! {
+            result = semaphore.acquire(options.clone()) => match result {
+                Ok(token) => return Ok(Acquired::Token(token)),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "store failed while waiting for a permit; retrying");
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(sig) = signals.recv() => {
+                if terminating(sig) {
+                    return Ok(Acquired::Interrupted(sig));
+                }
+                continue;
             }
         }
         tokio::select! {

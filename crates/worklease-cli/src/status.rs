@@ -98,6 +98,9 @@ const CLEAR_SCREEN: &[u8] = b"\x1b[H\x1b[2J";
 
 /// Runs `worklease status` and returns its exit status.
 pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
+    if let Some(n) = args.permits {
+        return semaphore(args, n).await;
+    }
     let (store_url, store) = args.store.open_existing()?;
     if args.watch {
         return watch(&args, &store_url, store.as_ref()).await;
@@ -119,6 +122,39 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
         eprintln!("worklease: no lease on {work_id:?} in the store");
     }
     Ok(exit::NOT_FOUND)
+}
+
+/// `status --permits N NAME`: the permits' leases of semaphore NAME, and
+/// (in the table) how many of the N are held. Permits never taken are
+/// free and not listed: exit 0 whatever is found.
+async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
+    let name = match args.work_ids.as_slice() {
+        [name] => name.clone(),
+        _ => {
+            return Err(Failure::usage(
+                "status --permits N takes exactly one WORK_ID: the semaphore's name",
+            ))
+        }
+    };
+    if args.watch {
+        return Err(Failure::usage("status --permits does not take --watch"));
+    }
+    args.work_ids = worklease::semaphore::permit_ids(name.as_str(), n)?;
+    let (store_url, store) = args.store.open_existing()?;
+    let leases = leases(store.as_ref(), &args.work_ids).await?;
+    let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
+    if !args.json {
+        let held = leases.iter().filter(|l| !l.expired).count();
+        out.extend_from_slice(
+            format!(
+                "semaphore {:?}: {held} of {n} permits held\n",
+                name.as_str()
+            )
+            .as_bytes(),
+        );
+    }
+    write_stdout(&out)?;
+    Ok(0)
 }
 
 /// The leases named (all when none is), sorted by work ID.

@@ -204,6 +204,18 @@ pub enum Error {
         /// The last renewal failure, as text.
         last_error: Option<String>,
     },
+    /// Every permit of a semaphore is held ([`crate::Semaphore::acquire`]
+    /// without waiting): the semaphore's `Held`.
+    #[error("all {permits} permits of semaphore {semaphore:?} are held{}", fmt_expires_in(*.expires_in))]
+    PermitsHeld {
+        /// The semaphore's name.
+        semaphore: String,
+        /// Its number of permits (the caller's setting).
+        permits: usize,
+        /// How long the first permit to expire has left, where the store
+        /// can tell (as in [`Error::Held`]).
+        expires_in: Option<Duration>,
+    },
     /// Nobody leads the election now (hoplock: `ErrNoLease`).
     #[error("election {election:?} has no leader")]
     NoLease {

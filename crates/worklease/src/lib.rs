@@ -73,6 +73,7 @@ pub mod observe;
 pub mod pool;
 mod renewal;
 pub mod runner;
+pub mod semaphore;
 mod session;
 #[cfg(feature = "testkit")]
 pub mod sim;
@@ -91,5 +92,6 @@ pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};
 pub use renewal::{Renewal, RenewalOptions};
+pub use semaphore::Semaphore;
 pub use store::{Checkpoint, Handoff, LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder};
 pub use token::Token;

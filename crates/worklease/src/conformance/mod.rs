@@ -34,11 +34,13 @@ use crate::{AcquireOptions, Config, Leases, WorkId};
 mod batch;
 mod election;
 mod leases;
+mod semaphore;
 mod stress;
 
 pub use batch::*;
 pub use election::*;
 pub use leases::*;
+pub use semaphore::*;
 pub use stress::concurrent_stress;
 
 /// How many acquisitions [`Suite::calibrate`] times.
@@ -237,6 +239,9 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, batch_reply_lost);
             $crate::conformance_tests!(@one $paused, $make, session_many_leases_one_revoked);
             $crate::conformance_tests!(@one $paused, $make, batch_acquisition_races_single);
+            $crate::conformance_tests!(@one $paused, $make, semaphore_never_more_than_n);
+            $crate::conformance_tests!(@one $paused, $make, semaphore_fencing_per_permit);
+            $crate::conformance_tests!(@one $paused, $make, semaphore_dead_holder_frees_its_permit);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);

@@ -78,6 +78,28 @@ impl History {
         assert!(ok, "S4 violated on {id}: read {data:?}, last acknowledged {acked:?}, in flight {pending:?}");
     }
 
+    /// The holder of `t` stops believing in it (it is about to release).
+    pub(crate) fn released(&mut self, t: &Token) {
+        let id = t.work_id().to_string();
+        if self
+            .beliefs
+            .get(&id)
+            .is_some_and(|(_, token, _)| *token == t.fencing_token())
+        {
+            self.beliefs.remove(&id);
+        }
+    }
+
+    /// How many holders believe, now, in a live lease on a work ID that
+    /// starts with `prefix` (a semaphore's permits).
+    pub(crate) fn live_under(&self, prefix: &str) -> usize {
+        let now = Instant::now();
+        self.beliefs
+            .iter()
+            .filter(|(id, (_, _, deadline))| id.starts_with(prefix) && *deadline > now)
+            .count()
+    }
+
     pub(crate) fn lost(&mut self, t: &Token, e: &Error) {
         let id = t.work_id().to_string();
         if let Some((_, token, deadline)) = self.beliefs.get(&id) {

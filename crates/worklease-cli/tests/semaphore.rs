@@ -1,0 +1,169 @@
+//! `worklease run --permits N` and `status --permits N` (issue 18): at
+//! most N commands of one semaphore run at once across processes, each
+//! child with its own permit's work ID and fencing token.
+
+mod common;
+use common::{holder_script, poll_until, World, LONG};
+
+use std::process::{Child, Output};
+
+/// A background `worklease`; killed if the test ends first.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(w: &World, args: &[&str]) -> Running {
+    Running(w.cmd(args).spawn().expect("spawn worklease"))
+}
+
+fn output(w: &World, args: &[&str]) -> Output {
+    w.cmd(args).output().expect("run worklease")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Waits (bounded) for `name` in the world's directory.
+fn wait_for_file(w: &World, name: &str) {
+    let path = w.path(name);
+    assert!(
+        poll_until(LONG, || path.exists()),
+        "{} did not appear within {LONG:?}",
+        path.display()
+    );
+}
+
+fn read(w: &World, name: &str) -> String {
+    std::fs::read_to_string(w.path(name))
+        .unwrap_or_else(|e| panic!("read {name}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// A holder child that also records its permit's work ID in `$D/<name>.id`.
+fn permit_script(name: &str) -> String {
+    format!(
+        "echo \"$WORKLEASE_WORK_ID\" > \"$D/{name}.id\"; {}",
+        holder_script(name)
+    )
+}
+
+fn wait_exit(mut r: Running) -> i32 {
+    let end = std::time::Instant::now() + LONG;
+    loop {
+        if let Some(status) = r.0.try_wait().expect("try_wait") {
+            return status.code().expect("an exit status");
+        }
+        assert!(std::time::Instant::now() < end, "worklease did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
+    let w = World::new();
+    let run = |name: &str| {
+        spawn(
+            &w,
+            &[
+                "run",
+                "--ttl",
+                "5s",
+                "--permits",
+                "2",
+                "db",
+                "--",
+                "sh",
+                "-c",
+                &permit_script(name),
+            ],
+        )
+    };
+    let (a, b) = (run("a"), run("b"));
+    wait_for_file(&w, "a.started");
+    wait_for_file(&w, "b.started");
+    let mut ids = [read(&w, "a.id"), read(&w, "b.id")];
+    ids.sort();
+    assert_eq!(ids, ["db/permit/0", "db/permit/1"], "two distinct permits");
+
+    let third = output(&w, &["run", "--permits", "2", "db", "--", "touch", "c.ran"]);
+    assert_eq!(third.status.code(), Some(75), "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains("all 2 permits of semaphore \"db\" are held"),
+        "{}",
+        stderr(&third)
+    );
+    assert!(!w.path("c.ran").exists(), "a third command ran");
+
+    let status = output(&w, &["status", "--permits", "2", "db"]);
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("semaphore \"db\": 2 of 2 permits held"),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+
+    let waiter = spawn(
+        &w,
+        &[
+            "run",
+            "--ttl",
+            "5s",
+            "--permits",
+            "2",
+            "--wait",
+            "--poll",
+            "100ms",
+            "db",
+            "--",
+            "sh",
+            "-c",
+            &permit_script("d"),
+        ],
+    );
+    std::fs::write(w.path("a.stop"), b"").expect("stop a");
+    assert_eq!(wait_exit(a), 0);
+    wait_for_file(&w, "d.started");
+    assert_eq!(
+        read(&w, "d.id"),
+        read(&w, "a.id"),
+        "the waiter took a's permit"
+    );
+    let (ta, td): (u64, u64) = (
+        read(&w, "a.token").parse().expect("a token"),
+        read(&w, "d.token").parse().expect("a token"),
+    );
+    assert!(td > ta, "the permit's token went up: {ta} then {td}");
+    std::fs::write(w.path("b.stop"), b"").expect("stop b");
+    std::fs::write(w.path("d.stop"), b"").expect("stop d");
+    assert_eq!(wait_exit(b), 0);
+    assert_eq!(wait_exit(waiter), 0);
+}
+
+#[test]
+fn a_bad_number_of_permits_is_a_usage_error_before_the_store_is_touched() {
+    let w = World::new();
+    for n in ["0", "10001", "two"] {
+        let out = output(&w, &["run", "--permits", n, "db", "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "--permits {n}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("1 to 10000 permits"),
+            "--permits {n}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!w.path("store").exists(), "the store was created");
+    let out = output(&w, &["status", "--permits", "2", "a", "b"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+}
