@@ -84,7 +84,7 @@ impl Failure {
 /// The exit status for a library error.
 pub fn code_of(error: &Error) -> u8 {
     match error {
-        Error::Held { .. } | Error::PermitsHeld { .. } => HELD,
+        Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => HELD,
         Error::Expired { .. } | Error::Fenced { .. } | Error::WindowExhausted { .. } => LOST,
         Error::Invalid(_) => USAGE,
         Error::Store(_) => UNAVAILABLE,

@@ -556,6 +556,13 @@ pub struct RunArgs {
     #[arg(long)]
     wait: bool,
 
+    /// Wait in line: `run --fair` waiters of one work ID (or semaphore)
+    /// are served in the order they arrived, and a fair run without
+    /// --wait exits 75 while fair waiters are queued (ADR 0015). Runs
+    /// without --fair are not queued and may go first.
+    #[arg(long)]
+    fair: bool,
+
     /// With --wait: how often to retry (the wait also ends as soon as the
     /// holder's lease expires; with SQLite, a release by another process is
     /// noticed at the next retry).

@@ -212,8 +212,30 @@ async fn acquire(
     signals: &mut Signals,
 ) -> Result<Acquired, Failure> {
     let work_id = args.work_id.as_str();
-    let (holder_id, expires_in) = match leases.acquire(work_id, AcquireOptions::new()).await {
+    let first = if args.fair && args.wait {
+        // A fail-fast try first would queue twice: wait in line at once.
+        tracing::info!(
+            "waiting in line for {work_id:?} (fair, polling every {})",
+            fmt_secs(args.poll)
+        );
+        Err(Error::Held {
+            work_id: work_id.to_string(),
+            holder_id: String::new(),
+            expires_in: None,
+        })
+    } else {
+        leases
+            .acquire(work_id, fair(args, AcquireOptions::new()))
+            .await
+    };
+    let (holder_id, expires_in) = match first {
         Ok(token) => return Ok(Acquired::Token(token)),
+        Err(e @ Error::WaitersAhead { .. }) => {
+            return Err(Failure::new(
+                exit::HELD,
+                format!("{e}; not waiting: pass --wait to join the line"),
+            ))
+        }
         Err(Error::Held {
             holder_id,
             expires_in,
@@ -245,15 +267,20 @@ async fn acquire(
         Some(d) => format!("its lease expires in {} unless renewed", fmt_secs(d)),
         None => "its lease expiry is unknown".to_string(),
     };
-    tracing::info!(
-        "{work_id:?} is held by {holder_id:?} ({expiry}); waiting for it (polling every {})",
-        fmt_secs(args.poll)
-    );
+    if !holder_id.is_empty() {
+        tracing::info!(
+            "{work_id:?} is held by {holder_id:?} ({expiry}); waiting for it (polling every {})",
+            fmt_secs(args.poll)
+        );
+    }
     // On a terminal: who holds the lease, refreshed; erased when the wait ends.
     let _progress = Progress::start(store.clone(), &args.work_id);
-    let options = AcquireOptions::new()
-        .wait_for_lease()
-        .poll_interval(args.poll);
+    let options = fair(
+        args,
+        AcquireOptions::new()
+            .wait_for_lease()
+            .poll_interval(args.poll),
+    );
     loop {
         tokio::select! {
             result = leases.acquire(work_id, options.clone()) => match result {
@@ -282,6 +309,15 @@ async fn acquire(
     }
 }
 
+/// `options`, fair when `--fair` asks for it.
+fn fair(args: &RunArgs, options: AcquireOptions) -> AcquireOptions {
+    if args.fair {
+        options.fair()
+    } else {
+        options
+    }
+}
+
 /// Takes a permit of `semaphore` (`run --permits`): at once, or with
 /// `--wait` until one is free or a signal arrives.
 async fn acquire_permit(
@@ -291,8 +327,26 @@ async fn acquire_permit(
 ) -> Result<Acquired, Failure> {
     let name = semaphore.name();
     let n = semaphore.permits();
-    match semaphore.acquire(AcquireOptions::new()).await {
+    let first = if args.fair && args.wait {
+        // A fail-fast try first would queue twice: wait in line at once.
+        Err(Error::PermitsHeld {
+            semaphore: name.to_string(),
+            permits: n,
+            expires_in: None,
+        })
+    } else {
+        semaphore.acquire(fair(args, AcquireOptions::new())).await
+    };
+    match first {
         Ok(token) => return Ok(Acquired::Token(token)),
+        Err(e @ Error::WaitersAhead { .. }) => {
+            if !args.wait {
+                return Err(Failure::new(
+                    exit::HELD,
+                    format!("{e}; not waiting: pass --wait to join the line"),
+                ));
+            }
+        }
         Err(Error::PermitsHeld { expires_in, .. }) => {
             let expiry = match expires_in {
                 Some(d) => format!("; the first ends in {} unless renewed", fmt_secs(d)),
@@ -313,9 +367,12 @@ async fn acquire_permit(
         }
         Err(e) => return Err(e.into()),
     }
-    let options = AcquireOptions::new()
-        .wait_for_lease()
-        .poll_interval(args.poll);
+    let options = fair(
+        args,
+        AcquireOptions::new()
+            .wait_for_lease()
+            .poll_interval(args.poll),
+    );
     loop {
         tokio::select! {
             result = semaphore.acquire(options.clone()) => match result {

@@ -145,9 +145,12 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
     if !args.json {
         let held = leases.iter().filter(|l| !l.expired).count();
+        let waiting = worklease::fair::waiters(store.as_ref(), name.as_str())
+            .await?
+            .len();
         out.extend_from_slice(
             format!(
-                "semaphore {:?}: {held} of {n} permits held\n",
+                "semaphore {:?}: {held} of {n} permits held, {waiting} fair waiter(s) in line\n",
                 name.as_str()
             )
             .as_bytes(),

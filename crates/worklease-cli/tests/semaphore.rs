@@ -104,7 +104,8 @@ fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
     let status = output(&w, &["status", "--permits", "2", "db"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
     assert!(
-        String::from_utf8_lossy(&status.stdout).contains("semaphore \"db\": 2 of 2 permits held"),
+        String::from_utf8_lossy(&status.stdout)
+            .contains("semaphore \"db\": 2 of 2 permits held, 0 fair waiter(s) in line"),
         "{}",
         String::from_utf8_lossy(&status.stdout)
     );

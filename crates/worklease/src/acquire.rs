@@ -112,32 +112,20 @@ impl Leases {
                 }
                 Err(e) => return Err(self.acquire_failed(first, attempts, duration, e)),
             };
-            // Sleep until the next poll, or just past the holder's expiry if
-            // that comes first; a jitter of up to 10% spreads many waiters.
-            let mut nap = options.poll_interval;
-            if let Some(left) = expires_in {
-                nap = nap.min(left + Duration::from_millis(1));
-            }
-            nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
-            let give_up = |e: Error| Err(self.acquire_failed(first, attempts, duration, e));
-            let woken = async {
-                if watches.is_empty() {
-                    std::future::pending::<()>().await
-                } else {
-                    futures_util::future::select_all(watches).await;
+            match nap(&options, expires_in, watches, wait_until).await {
+                Ok(()) => {}
+                Err(WaitEnd::Cancelled) => {
+                    let e = Error::Cancelled {
+                        work_id: first.to_string(),
+                    };
+                    return Err(self.acquire_failed(first, attempts, duration, e));
                 }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(nap) => {}
-                _ = woken => {}
-                _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
-                    return give_up(Error::Cancelled { work_id: first.to_string() });
-                }
-                _ = async { match wait_until { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
-                    return give_up(Error::WaitTimedOut {
+                Err(WaitEnd::TimedOut) => {
+                    let e = Error::WaitTimedOut {
                         work_id: first.to_string(),
                         waited: options.wait_timeout.unwrap_or_default(),
-                    });
+                    };
+                    return Err(self.acquire_failed(first, attempts, duration, e));
                 }
             }
         }
@@ -231,6 +219,49 @@ impl AllHeld {
             (Some(a), Some(b)) if b < a => other,
             (None, Some(_)) => other,
             _ => self,
+        }
+    }
+}
+
+/// Why a wait ended before its nap did.
+pub(crate) enum WaitEnd {
+    /// The options' cancellation token fired.
+    Cancelled,
+    /// The wait's deadline (`wait_until`) passed.
+    TimedOut,
+}
+
+/// One nap of a waiting acquisition: until the next poll, or just past
+/// `expires_in` (the earliest expiry among the holders waited for) if that
+/// comes first, with a jitter of up to 10% to spread many waiters; or until
+/// one of `watches` (store notifications) fires. Ends early when the
+/// options' cancellation token fires or `wait_until` passes.
+pub(crate) async fn nap(
+    options: &AcquireOptions,
+    expires_in: Option<Duration>,
+    watches: Vec<futures_util::future::BoxFuture<'static, ()>>,
+    wait_until: Option<Instant>,
+) -> std::result::Result<(), WaitEnd> {
+    let mut nap = options.poll_interval;
+    if let Some(left) = expires_in {
+        nap = nap.min(left + Duration::from_millis(1));
+    }
+    nap = nap.saturating_add(nap.mul_f64(rand::thread_rng().gen_range(0.0..0.1)));
+    let woken = async {
+        if watches.is_empty() {
+            std::future::pending::<()>().await
+        } else {
+            futures_util::future::select_all(watches).await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(nap) => Ok(()),
+        _ = woken => Ok(()),
+        _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
+            Err(WaitEnd::Cancelled)
+        }
+        _ = async { match wait_until { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => {
+            Err(WaitEnd::TimedOut)
         }
     }
 }

@@ -216,6 +216,16 @@ pub enum Error {
         /// can tell (as in [`Error::Held`]).
         expires_in: Option<Duration>,
     },
+    /// A fail-fast fair acquisition ([`crate::AcquireOptions::fair`])
+    /// found fair waiters in line for the lease or semaphore: it does not
+    /// go before them.
+    #[error("{waiters} fair waiter(s) are in line for {target:?}: a fair acquisition does not go before them")]
+    WaitersAhead {
+        /// The work ID, or the semaphore's name.
+        target: String,
+        /// How many fair waiters are in line.
+        waiters: usize,
+    },
     /// Nobody leads the election now (hoplock: `ErrNoLease`).
     #[error("election {election:?} has no leader")]
     NoLease {

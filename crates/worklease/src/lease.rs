@@ -68,6 +68,7 @@ impl Config {
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
     pub(crate) wait: bool,
+    pub(crate) fair: bool,
     pub(crate) poll_interval: Duration,
     pub(crate) wait_timeout: Option<Duration>,
     pub(crate) cancel: Option<CancellationToken>,
@@ -77,6 +78,7 @@ impl Default for AcquireOptions {
     fn default() -> Self {
         Self {
             wait: false,
+            fair: false,
             poll_interval: DEFAULT_POLL_INTERVAL,
             wait_timeout: None,
             cancel: None,
@@ -103,6 +105,25 @@ impl AcquireOptions {
     /// Whether waiting was asked for (Go: `HasWaitForLease`).
     pub fn waits(&self) -> bool {
         self.wait
+    }
+
+    /// Wait in line: fair waiters of a lease (or of a semaphore's permits)
+    /// are served in the order they arrived, and a fail-fast fair
+    /// acquisition refuses while fair waiters are queued. Built from
+    /// leases on every store (`T/fair-queue`, `T/fair-waiter/<ticket>`,
+    /// next to the target `T`); a waiter that dies leaves the line within
+    /// its TTL. Costs a few more round trips than an unfair acquisition,
+    /// and only orders fair acquirers among themselves: an unfair one may
+    /// still take a free lease first. See ADR 0015 for the rules and
+    /// bounds.
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Whether fair waiting was asked for.
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// How often a waiting acquisition retries; default 2 s; must be at
@@ -249,6 +270,16 @@ impl Leases {
         let started = Instant::now();
         let result = async {
             let work_id = WorkId::new(work_id)?;
+            if options.fair {
+                let id = work_id.clone();
+                let try_target: crate::fair::TryTarget<'_> = Box::new(move |o| {
+                    let id = id.clone();
+                    Box::pin(async move { self.acquire_first(std::slice::from_ref(&id), o).await })
+                });
+                return self
+                    .acquire_fair(work_id.as_str(), options, try_target)
+                    .await;
+            }
             self.acquire_first(std::slice::from_ref(&work_id), options)
                 .await
         }

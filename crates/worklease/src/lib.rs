@@ -64,6 +64,7 @@ mod batch;
 pub mod conformance;
 pub mod election;
 pub mod error;
+pub mod fair;
 mod finish;
 pub mod leader;
 mod lease;

@@ -128,12 +128,12 @@ pub fn outcome<T>(result: &Result<T, Error>) -> &'static str {
 }
 
 /// The kind of an error as a label value (`held`, also for a semaphore
-/// whose permits are all held, `expired`, `fenced`,
+/// whose permits are all held and for fair waiters ahead, `expired`, `fenced`,
 /// `window_exhausted`, `no_lease`, `cancelled`, `wait_timed_out`,
 /// `invalid`, `store_error`).
 pub fn error_kind(error: &Error) -> &'static str {
     match error {
-        Error::Held { .. } | Error::PermitsHeld { .. } => "held",
+        Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => "held",
         Error::Expired { .. } => "expired",
         Error::Fenced { .. } => "fenced",
         Error::WindowExhausted { .. } => "window_exhausted",

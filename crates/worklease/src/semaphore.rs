@@ -41,8 +41,9 @@
 //! those permits again. While processes with different settings run side
 //! by side, the bound is the larger `N`.
 //!
-//! **Fair waiting** is not built in yet: waiters of a permit are woken by
-//! the store's notifications or their poll interval, and the first to
+//! **Fair waiting** ([`AcquireOptions::fair`]): waiters of a permit are
+//! served in arrival order ([`crate::fair`]); without it, waiters are woken
+//! by the store's notifications or their poll interval, and the first to
 //! come wins.
 
 use std::sync::Arc;
@@ -127,18 +128,24 @@ impl Semaphore {
     ///   the store fails.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Token> {
         let n = self.permit_ids.len();
-        let start = rand::thread_rng().gen_range(0..n);
-        let order = self.permit_ids[start..]
-            .iter()
-            .chain(&self.permit_ids[..start])
-            .map(WorkId::as_str);
-        match self.leases.acquire_any(order, options).await {
+        let result = if options.is_fair() {
+            let try_target: crate::fair::TryTarget<'_> =
+                Box::new(move |o| Box::pin(self.acquire_unfair(o)));
+            self.leases
+                .acquire_fair(&self.name, options, try_target)
+                .await
+        } else {
+            self.acquire_unfair(options).await
+        };
+        match result {
             Ok(token) => Ok(token),
-            Err(Error::Held { expires_in, .. }) => Err(Error::PermitsHeld {
-                semaphore: self.name.to_string(),
-                permits: n,
-                expires_in,
-            }),
+            Err(Error::Held { expires_in, .. } | Error::PermitsHeld { expires_in, .. }) => {
+                Err(Error::PermitsHeld {
+                    semaphore: self.name.to_string(),
+                    permits: n,
+                    expires_in,
+                })
+            }
             Err(Error::Cancelled { .. }) => Err(Error::Cancelled {
                 work_id: self.name.to_string(),
             }),
@@ -148,6 +155,17 @@ impl Semaphore {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    /// Any free permit, tried from a random one on.
+    async fn acquire_unfair(&self, options: AcquireOptions) -> Result<Token> {
+        let n = self.permit_ids.len();
+        let start = rand::thread_rng().gen_range(0..n);
+        let order = self.permit_ids[start..]
+            .iter()
+            .chain(&self.permit_ids[..start])
+            .map(WorkId::as_str);
+        self.leases.acquire_any(order, options).await
     }
 
     /// The permits held now (live leases), as the store reports them; one

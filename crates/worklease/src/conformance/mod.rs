@@ -33,12 +33,14 @@ use crate::{AcquireOptions, Config, Leases, WorkId};
 
 mod batch;
 mod election;
+mod fair;
 mod leases;
 mod semaphore;
 mod stress;
 
 pub use batch::*;
 pub use election::*;
+pub use fair::*;
 pub use leases::*;
 pub use semaphore::*;
 pub use stress::concurrent_stress;
@@ -242,6 +244,8 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, semaphore_never_more_than_n);
             $crate::conformance_tests!(@one $paused, $make, semaphore_fencing_per_permit);
             $crate::conformance_tests!(@one $paused, $make, semaphore_dead_holder_frees_its_permit);
+            $crate::conformance_tests!(@one $paused, $make, fair_order_with_newcomers);
+            $crate::conformance_tests!(@one $paused, $make, fair_dead_waiter_does_not_stall);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);

@@ -1,0 +1,178 @@
+//! Fair waiting checks ([`crate::AcquireOptions::fair`]): arrival order
+//! with newcomers, a fail-fast fair acquisition behind a queue, and a dead
+//! queued waiter that must not stall the others.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{fast, Suite};
+use crate::error::Error;
+use crate::store::fault::FaultStore;
+use crate::{AcquireOptions, RenewalOptions, Semaphore};
+
+/// How long [`joined`] waits for a waiter to join before failing: a hang
+/// detector for a step of a few round trips, not a timing bound.
+const JOIN_CAP: Duration = Duration::from_secs(60);
+
+/// The size of the queue record of `target` (its queue lease's
+/// checkpoint), which grows by one ticket with each waiter that joins
+/// while nobody leaves: one `inspect` of one work ID, cheap on every
+/// store (listing the waiters lists the whole store).
+async fn queue_bytes(s: &Suite, target: &str) -> usize {
+    s.info(&format!("{target}{}", crate::fair::QUEUE_SUFFIX))
+        .await
+        .map_or(0, |i| i.checkpoint_bytes)
+}
+
+/// Starts `start` and waits until its waiter has joined the queue of
+/// `target` (the queue record grew).
+async fn joined(s: &Suite, target: &str, start: impl FnOnce()) {
+    let before = queue_bytes(s, target).await;
+    start();
+    let end = Instant::now() + JOIN_CAP;
+    while queue_bytes(s, target).await <= before {
+        assert!(
+            Instant::now() < end,
+            "a fair waiter of {target} did not join within {JOIN_CAP:?}"
+        );
+        tokio::time::sleep(s.round_trip.max(Duration::from_millis(5))).await;
+    }
+}
+
+fn fair_wait(s: &Suite) -> AcquireOptions {
+    fast()
+        .fair()
+        .wait_for_lease()
+        .poll_interval((s.ttl / 4).max(Duration::from_millis(50)))
+}
+
+/// Fair order: 20 waiters queue one after another behind a holder, then 5
+/// newcomers arrive; released in turn, the lease goes to the 20 in the
+/// order they arrived, then to the newcomers. A fail-fast fair acquisition
+/// refuses while waiters are queued.
+pub async fn fair_order_with_newcomers(s: &Suite) {
+    const WAITERS: usize = 20;
+    const NEWCOMERS: usize = 5;
+    let target = s.work_id("fair");
+    let holder = s.holder("fair-holder");
+    let first = holder.acquire(&target, fast()).await.expect("acquire");
+    // Kept while the queue fills up (which takes longer than a TTL on a
+    // slow store).
+    let first = holder
+        .start_renewal(first, RenewalOptions::new())
+        .expect("renewal");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let mut start = |i: usize| {
+        let (leases, target, served, options) = (
+            s.holder(&format!("fair-{i}")),
+            target.clone(),
+            served.clone(),
+            fair_wait(s),
+        );
+        tasks.push(tokio::spawn(async move {
+            let t = leases
+                .acquire(&target, options)
+                .await
+                .unwrap_or_else(|e| panic!("fair waiter {i}: {e}"));
+            served.lock().expect("served").push(i);
+            leases.release(t).await.expect("release");
+        }));
+    };
+    for i in 0..WAITERS {
+        joined(s, &target, || start(i)).await;
+    }
+    match s
+        .holder("fair-impatient")
+        .acquire(&target, fast().fair())
+        .await
+    {
+        Err(Error::WaitersAhead { waiters, .. }) => assert_eq!(waiters, WAITERS),
+        other => panic!(
+            "a fail-fast fair acquisition behind a queue must be WaitersAhead, got {other:?}"
+        ),
+    }
+    assert_eq!(
+        holder
+            .fair_waiters(&target)
+            .await
+            .expect("fair_waiters")
+            .len(),
+        WAITERS,
+        "fair_waiters lists the queue"
+    );
+    for i in WAITERS..WAITERS + NEWCOMERS {
+        joined(s, &target, || start(i)).await;
+    }
+    let first = first.stop().await.expect("the holder kept its lease");
+    holder.release(first).await.expect("release");
+    for t in tasks {
+        t.await
+            .expect("a fair waiter panicked (see its message above)");
+    }
+    let served = served.lock().expect("served").clone();
+    assert_eq!(
+        &served[..WAITERS],
+        &(0..WAITERS).collect::<Vec<_>>()[..],
+        "fair waiters must be served in arrival order (newcomers {WAITERS}..): got {served:?}"
+    );
+    assert!(
+        served[WAITERS..].iter().all(|i| *i >= WAITERS),
+        "newcomers come after every earlier waiter: {served:?}"
+    );
+    assert!(
+        holder
+            .fair_waiters(&target)
+            .await
+            .expect("fair_waiters")
+            .is_empty(),
+        "served waiters leave the queue"
+    );
+}
+
+/// A queued waiter that dies (its process cut off from the store) leaves
+/// the queue within its TTL: the waiter behind it gets the semaphore's
+/// permit within the TTL plus a poll interval of the release, not never.
+pub async fn fair_dead_waiter_does_not_stall(s: &Suite) {
+    let name = s.work_id("fair-dead");
+    let holder = Semaphore::new(s.holder("fair-dead-holder"), &name, 1).expect("semaphore");
+    let permit = holder.acquire(fast()).await.expect("the one permit");
+    let permit = holder
+        .leases()
+        .start_renewal(permit, RenewalOptions::new())
+        .expect("renewal");
+    let cut = Arc::new(FaultStore::new(s.store.clone()));
+    let doomed =
+        Semaphore::new(s.holder_on(cut.clone(), "fair-dead-doomed"), &name, 1).expect("semaphore");
+    let behind = Semaphore::new(s.holder("fair-dead-behind"), &name, 1).expect("semaphore");
+    let mut doomed_task = None;
+    joined(s, &name, || {
+        let options = fair_wait(s);
+        doomed_task = Some(tokio::spawn(async move { doomed.acquire(options).await }));
+    })
+    .await;
+    let mut behind_task = None;
+    joined(s, &name, || {
+        let options = fair_wait(s);
+        behind_task = Some(tokio::spawn(async move {
+            (behind.acquire(options).await, Instant::now())
+        }));
+    })
+    .await;
+    let (doomed_task, behind_task) = (doomed_task.expect("started"), behind_task.expect("started"));
+    cut.set_unreachable(true);
+    let permit = permit.stop().await.expect("the holder kept its permit");
+    let released = Instant::now();
+    holder.leases().release(permit).await.expect("release");
+    let (got, at) = behind_task.await.expect("the waiter behind");
+    got.expect("the waiter behind the dead one gets the permit");
+    let bound = s.ttl + fair_wait(s).get_poll_interval() * 2 + s.slack();
+    assert!(
+        at - released <= bound,
+        "a dead queued waiter stalled the queue: served {:?} after the release (> {bound:?})",
+        at - released
+    );
+    doomed_task.abort();
+}
