@@ -193,13 +193,19 @@ impl Leases {
         try_target: TryTarget<'_>,
     ) -> Result<Token> {
         let queue = Queue::new(target)?;
-        let unfair = AcquireOptions {
+        // One wait timeout for the whole acquisition: the queue lease, the
+        // turn and the target share it.
+        let give_up_at = options
+            .wait_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        let unfair = |options: &AcquireOptions| AcquireOptions {
             fair: false,
+            wait_timeout: give_up_at.map(|t| t.saturating_duration_since(Instant::now())),
             ..options.clone()
         };
         // The queue lease is a mutex held for a few round trips: wait for
         // it even when the caller fails fast.
-        let mut queue_options = unfair.clone().wait_for_lease();
+        let mut queue_options = unfair(&options).wait_for_lease();
         queue_options.poll_interval = options.poll_interval.min(Duration::from_millis(250));
         let q = self
             .acquire_first(std::slice::from_ref(&queue.lease), queue_options)
@@ -215,7 +221,7 @@ impl Leases {
         if ahead.is_empty() {
             match try_target(AcquireOptions {
                 wait: false,
-                ..unfair.clone()
+                ..unfair(&options)
             })
             .await
             {
@@ -254,8 +260,16 @@ impl Leases {
         held.release_queue().await?;
         tracing::debug!(target, ticket, ahead = ahead.len(), "joined a fair queue");
 
-        self.wait_for_turn(&queue, ahead, &options).await?;
-        let result = try_target(unfair).await;
+        self.wait_for_turn(&queue, ahead, &options, give_up_at)
+            .await?;
+        let result = match try_target(unfair(&options)).await {
+            // The wait's timeout is the caller's whole one.
+            Err(Error::WaitTimedOut { work_id, .. }) => Err(Error::WaitTimedOut {
+                work_id,
+                waited: options.wait_timeout.unwrap_or_default(),
+            }),
+            other => other,
+        };
         held.leave().await;
         result
     }
@@ -294,16 +308,15 @@ impl Leases {
         Ok((live, infos))
     }
 
-    /// Waits until no waiter of `ahead` is live any more.
+    /// Waits until no waiter of `ahead` is live any more, or `give_up_at`
+    /// (the acquisition's wait timeout) passes.
     async fn wait_for_turn(
         &self,
         queue: &Queue,
         mut ahead: Vec<u64>,
         options: &AcquireOptions,
+        give_up_at: Option<Instant>,
     ) -> Result<()> {
-        let give_up_at = options
-            .wait_timeout
-            .and_then(|t| Instant::now().checked_add(t));
         loop {
             // Watch before looking, so a release in between still wakes us.
             let watches: Vec<_> = ahead
@@ -385,6 +398,45 @@ mod tests {
         assert_eq!(
             decode(Some(&Bytes::from_static(b"\xff"))),
             Vec::<u64>::new()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fair_wait_times_out_once_and_leaves_the_line() {
+        use crate::store::memory::MemoryStore;
+        use crate::Config;
+        use std::sync::Arc;
+        let store = Arc::new(MemoryStore::new());
+        let ttl = Duration::from_secs(10);
+        let a = Leases::new(store.clone(), Config::new("a", ttl)).expect("config");
+        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
+        let held = a
+            .acquire("t", AcquireOptions::new())
+            .await
+            .expect("acquire");
+        let _kept = a
+            .start_renewal(held, RenewalOptions::new())
+            .expect("renewal");
+        let timeout = Duration::from_secs(3);
+        let started = Instant::now();
+        let options = AcquireOptions::new()
+            .fair()
+            .wait_for_lease()
+            .poll_interval(Duration::from_millis(500))
+            .wait_timeout(timeout);
+        match b.acquire("t", options).await {
+            Err(Error::WaitTimedOut { waited, .. }) => assert_eq!(waited, timeout),
+            other => panic!("expected WaitTimedOut, got {other:?}"),
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited >= timeout && waited < timeout + Duration::from_secs(1),
+            "one timeout for the whole fair wait: {waited:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(
+            a.fair_waiters("t").await.expect("waiters").is_empty(),
+            "the waiter left the line"
         );
     }
 
