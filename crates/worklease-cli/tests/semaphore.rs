@@ -168,3 +168,70 @@ fn a_bad_number_of_permits_is_a_usage_error_before_the_store_is_touched() {
     let out = output(&w, &["status", "--permits", "2", "a", "b"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
 }
+
+/// The size of the fair queue record of `target` (`status --json` of its
+/// queue lease): it grows by one ticket per waiter that joins.
+fn queue_bytes(w: &World, target: &str) -> u64 {
+    let out = output(w, &["status", "--json", &format!("{target}/fair-queue")]);
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .ok()
+        .and_then(|v| v["checkpoint_bytes"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn fair_runs_are_served_in_arrival_order() {
+    let w = World::new();
+    let holder = spawn(
+        &w,
+        &[
+            "run",
+            "--ttl",
+            "5s",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            &holder_script("h"),
+        ],
+    );
+    wait_for_file(&w, "h.started");
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let before = queue_bytes(&w, "job");
+        waiters.push(spawn(
+            &w,
+            &[
+                "run",
+                "--ttl",
+                "5s",
+                "--fair",
+                "--wait",
+                "--poll",
+                "100ms",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {i} >> \"$D/order\""),
+            ],
+        ));
+        assert!(
+            poll_until(LONG, || queue_bytes(&w, "job") > before),
+            "waiter {i} did not join the line"
+        );
+    }
+    let impatient = output(&w, &["run", "--fair", "job", "--", "true"]);
+    assert_eq!(impatient.status.code(), Some(75), "{}", stderr(&impatient));
+    assert!(
+        stderr(&impatient).contains("4 fair waiter(s) are in line"),
+        "{}",
+        stderr(&impatient)
+    );
+    std::fs::write(w.path("h.stop"), b"").expect("stop the holder");
+    assert_eq!(wait_exit(holder), 0);
+    for waiter in waiters {
+        assert_eq!(wait_exit(waiter), 0);
+    }
+    assert_eq!(read(&w, "order"), "0\n1\n2\n3", "served in arrival order");
+}
