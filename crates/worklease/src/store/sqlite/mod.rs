@@ -40,7 +40,10 @@
 //!   reads the watched work IDs' rows in one statement; it wakes the
 //!   waiters of a lease whose fencing token or phase changed (released,
 //!   revoked, taken), not of one that was only renewed. Bursts of events
-//!   cost one check at a time. A hand-off between processes takes a few
+//!   cost one check at a time, and checks take at most a fifth of the
+//!   connection's time (a check of many watched leases rests the longer
+//!   after it: 100,000 held leases are checked about every two seconds).
+//!   A hand-off between processes takes a few
 //!   milliseconds instead of a poll interval, and a revocation by
 //!   `worklease release --force` reaches the holder's lost signal as fast.
 //!   Waiters still poll as the fallback: for writers that do not signal
