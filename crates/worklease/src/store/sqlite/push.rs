@@ -28,9 +28,11 @@
 //!   the `-wal`, syncs it, and only then publishes them in the shared
 //!   index (SQLite's `walFrames`): a check woken by the `-wal` write runs
 //!   during the sync and reads the state before the commit. The signal
-//!   comes after the commit returned. The main file changes otherwise only
-//!   at checkpoints, so its events are few even when the fleet commits
-//!   thousands of renewals a second (renewals do not signal).
+//!   comes after the commit returned. Only the signal's event (new
+//!   timestamps) makes a check: the main file's writes (WAL checkpoints,
+//!   which copy commits long after they were made) and opens do not, so a
+//!   fleet that commits thousands of renewals a second costs no check
+//!   (renewals do not signal).
 //! * **Fallback.** Waiters still poll at their interval: a commit by a
 //!   writer that does not signal (an older worklease, the `sqlite3`
 //!   shell), an expiry (no commit at all), or a watcher that cannot be set
@@ -45,6 +47,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
+use notify::event::ModifyKind;
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -194,11 +197,17 @@ impl Shared {
         let on_event = {
             let dirty = dirty.clone();
             move |event: notify::Result<notify::Event>| match event {
-                // An open or a read changes nothing.
-                Ok(e) if matches!(e.kind, EventKind::Access(_)) => {}
-                // A change, or an error of the watcher (a lost event):
-                // check.
-                _ => dirty.notify_one(),
+                // The signal (new timestamps: inotify's IN_ATTRIB), events
+                // lost to a full queue (`Other`, rescan), or an error of
+                // the watcher: check.
+                Ok(notify::Event {
+                    kind: EventKind::Modify(ModifyKind::Metadata(_)) | EventKind::Other,
+                    ..
+                })
+                | Err(_) => dirty.notify_one(),
+                // Opens, reads and writes (WAL checkpoints write the file
+                // long after the commits they copy) tell nothing.
+                Ok(_) => {}
             }
         };
         let watcher = notify::recommended_watcher(on_event).and_then(|mut w| {
