@@ -8,8 +8,8 @@
 //! sit out until someone else took it (a releaser never hands the lease
 //! back to itself) → wait again. So there are always N waiters and one
 //! holder. All participants share one store value, as the workers of one
-//! process would (for SQLite that makes push in-process only: waiters in
-//! other processes poll).
+//! process would (for SQLite the release then wakes them in-process;
+//! [`crate::handoff_processes`] measures waiters in other processes).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -178,6 +178,7 @@ pub async fn handoff(
         mode,
         what,
         notified,
+        across_processes: false,
         round_trip_us,
         errors: outcome.errors,
         first_error: outcome.first_error,

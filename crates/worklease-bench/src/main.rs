@@ -16,6 +16,7 @@
 mod calls;
 mod failover;
 mod handoff;
+mod handoff_processes;
 mod measure;
 mod ops;
 mod plot;
@@ -33,7 +34,7 @@ use worklease::store::ExpiryClock;
 
 use crate::measure::Timing;
 use crate::ops::WorkSet;
-use crate::results::{HandoffMode, OpRow, PlanInfo, Run, Skipped, StoreInfo};
+use crate::results::{HandoffMode, HandoffRow, OpRow, PlanInfo, Run, Skipped, StoreInfo};
 use crate::stores::{Bench, Settings};
 
 /// Errors of the benchmark program: anything, with its message.
@@ -149,6 +150,23 @@ enum Command {
         batch: usize,
         #[arg(long)]
         in_flight: usize,
+    },
+    /// A participant of the hand-off scenario across processes (started
+    /// by this program).
+    #[command(hide = true)]
+    HandoffParticipant {
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        work_id: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        poll_ms: u64,
+        #[arg(long)]
+        hold_ms: u64,
+        #[arg(long, action = clap::ArgAction::Set)]
+        push: bool,
     },
     /// The failover scenario's holder process (started by this program).
     #[command(hide = true)]
@@ -336,6 +354,23 @@ fn main() -> std::process::ExitCode {
                     &out,
                     &markdown.unwrap_or_else(|| "BENCHMARKS.md".into()),
                 )
+            }
+            Some(Command::HandoffParticipant {
+                store,
+                work_id,
+                ttl_ms,
+                poll_ms,
+                hold_ms,
+                push,
+            }) => {
+                let p = handoff_processes::Participant {
+                    work_id,
+                    ttl: Duration::from_millis(ttl_ms),
+                    poll: Duration::from_millis(poll_ms),
+                    hold: Duration::from_millis(hold_ms),
+                    push,
+                };
+                handoff_processes::participant(&store, &p).await
             }
             Some(Command::Hold {
                 store,
@@ -688,6 +723,34 @@ fn progress(scenario: &str, rows: &[OpRow]) {
     );
 }
 
+/// A progress line for one hand-off row.
+fn handoff_progress(row: &HandoffRow) {
+    eprintln!(
+        "  handoff {} waiter(s) {}{}: p50 {:.2} ms p99 {:.2} ms ({} samples, round trip {:.3} ms){}",
+        row.waiters,
+        row.mode.as_str(),
+        if row.across_processes {
+            " (other processes)"
+        } else {
+            ""
+        },
+        row.latency.p50_us as f64 / 1000.0,
+        row.latency.p99_us as f64 / 1000.0,
+        row.latency.count,
+        row.round_trip_us as f64 / 1000.0,
+        errors_note(row.errors, row.first_error.as_deref())
+    );
+}
+
+/// `, N errors: FIRST` for a progress line, or nothing without errors.
+fn errors_note(errors: u64, first: Option<&str>) -> String {
+    if errors > 0 {
+        format!(", {errors} errors: {}", first.unwrap_or(""))
+    } else {
+        String::new()
+    }
+}
+
 /// Runs the scenarios on one store, each on a namespace of its own. A
 /// scenario that fails is recorded as skipped, with its error, and the
 /// next one runs.
@@ -759,16 +822,19 @@ async fn run_store(
                     let rtt = handoff::round_trip(&opened, plan).await?;
                     for &n in &plan.handoff_waiters {
                         for mode in [HandoffMode::Push, HandoffMode::Poll, HandoffMode::Peer] {
-                            if let Some(row) = handoff::handoff(&opened, plan, n, mode, rtt).await? {
-                                eprintln!(
-                                    "  handoff {n} waiter(s) {}: p50 {:.2} ms p99 {:.2} ms ({} samples, round trip {:.3} ms){}",
-                                    mode.as_str(),
-                                    row.latency.p50_us as f64 / 1000.0,
-                                    row.latency.p99_us as f64 / 1000.0,
-                                    row.latency.count,
-                                    rtt as f64 / 1000.0,
-                                    if row.errors > 0 { format!(", {} errors: {}", row.errors, row.first_error.as_deref().unwrap_or("")) } else { String::new() }
-                                );
+                            if let Some(row) = handoff::handoff(&opened, plan, n, mode, rtt).await?
+                            {
+                                handoff_progress(&row);
+                                run.handoff.push(row);
+                            }
+                        }
+                    }
+                    if bench.handoff_across_processes() {
+                        for &n in &plan.handoff_waiters {
+                            for mode in [HandoffMode::Push, HandoffMode::Poll] {
+                                let row =
+                                    handoff_processes::handoff(&opened, plan, n, mode, rtt).await?;
+                                handoff_progress(&row);
                                 run.handoff.push(row);
                             }
                         }
@@ -782,7 +848,7 @@ async fn run_store(
                         row.ttl_ms,
                         row.poll_ms,
                         row.trials_ms.iter().map(|t| t.round()).collect::<Vec<_>>(),
-                        if row.errors > 0 { format!(", {} errors: {}", row.errors, row.first_error.as_deref().unwrap_or("")) } else { String::new() }
+                        errors_note(row.errors, row.first_error.as_deref())
                     );
                     run.failover.push(row);
                 }

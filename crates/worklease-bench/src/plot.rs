@@ -314,10 +314,16 @@ fn handoff(run: &Run, path: &Path) -> Result<()> {
             })
             .label_style((FONT, 15))
             .draw()?;
-        for mode in [HandoffMode::Push, HandoffMode::Poll, HandoffMode::Peer] {
+        for (mode, across) in [
+            (HandoffMode::Push, false),
+            (HandoffMode::Poll, false),
+            (HandoffMode::Peer, false),
+            (HandoffMode::Push, true),
+            (HandoffMode::Poll, true),
+        ] {
             let mut pts: Vec<(f64, f64)> = rows
                 .iter()
-                .filter(|h| h.mode == mode)
+                .filter(|h| h.mode == mode && h.across_processes == across)
                 .map(|h| {
                     (
                         log2(h.waiters),
@@ -329,16 +335,36 @@ fn handoff(run: &Run, path: &Path) -> Result<()> {
                 continue;
             }
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let (color, label) = match mode {
-                HandoffMode::Push => (OURS, "worklease, push"),
-                HandoffMode::Poll => (POLL, "worklease, polling only"),
-                HandoffMode::Peer => (PEER, "peer lock"),
+            let (color, label) = match (mode, across) {
+                (HandoffMode::Push, false) => (OURS, "worklease, push"),
+                (HandoffMode::Poll, false) => (POLL, "worklease, polling only"),
+                (HandoffMode::Peer, _) => (PEER, "peer lock"),
+                (HandoffMode::Push, true) => (OURS, "push, waiters in other processes"),
+                (HandoffMode::Poll, true) => (POLL, "polling, waiters in other processes"),
             };
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))?
-                .label(label)
-                .legend(legend_line(color));
-            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
+            if across {
+                // Dashed, with triangles: the same way of waiting as the
+                // solid line of its color, across processes.
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        pts.clone(),
+                        6,
+                        4,
+                        color.stroke_width(2),
+                    ))?
+                    .label(label)
+                    .legend(move |(x, y)| TriangleMarker::new((x + 12, y), 6, color.filled()));
+                chart.draw_series(
+                    pts.iter()
+                        .map(|&p| TriangleMarker::new(p, 6, color.filled())),
+                )?;
+            } else {
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))?
+                    .label(label)
+                    .legend(legend_line(color));
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
+            }
         }
         if rtt2 > 0.0 {
             chart

@@ -263,6 +263,13 @@ pub struct HandoffRow {
     /// store without notifications, whose "push" waiters poll).
     #[serde(default)]
     pub notified: bool,
+    /// Every participant ran in a process of its own, with its own store
+    /// value (the `handoff-participant` subcommand): a release reaches the
+    /// waiters only across processes. False (and absent from runs before
+    /// these rows): all participants share one store value in this
+    /// process.
+    #[serde(default)]
+    pub across_processes: bool,
     /// One store round trip (the baseline's median at 1 client), µs.
     pub round_trip_us: u64,
     /// Failed acquisitions or releases.

@@ -9,6 +9,9 @@ pub const GOAL_CYCLE: &str = "cycle throughput ≥ 0.9 × baseline at 16 clients
 pub const GOAL_P99: &str = "cycle p99 latency ≤ 1.2 × baseline's at 16 clients";
 pub const GOAL_FAILOVER: &str = "failover within TTL + poll interval + 50 ms";
 pub const GOAL_HANDOFF: &str = "hand-off with push within 2 store round trips (median)";
+/// After a store's name in a verdict of the hand-off rows with the waiters
+/// in other processes.
+pub const ACROSS_PROCESSES: &str = ", waiters in other processes";
 pub const GOAL_PEER: &str = "cycle at least as fast as the peer lock at every concurrency";
 pub const GOAL_SCALE: &str = "100,000 leases renewed by one process, no renewal missed";
 // The goals of issue 17 (sessions and batches).
@@ -138,11 +141,16 @@ pub fn goals(run: &Run) -> Vec<Verdict> {
             met: Some(!f.trials_ms.is_empty() && f.errors == 0 && max <= f.bound_ms as f64),
         });
     }
-    for store in stores(run) {
+    for (store, across) in stores(run)
+        .into_iter()
+        .flat_map(|s| [(s, false), (s, true)])
+    {
         let rows: Vec<&HandoffRow> = run
             .handoff
             .iter()
-            .filter(|h| h.store == store && h.mode == HandoffMode::Push)
+            .filter(|h| {
+                h.store == store && h.mode == HandoffMode::Push && h.across_processes == across
+            })
             .collect();
         if rows.is_empty() {
             continue;
@@ -164,7 +172,11 @@ pub fn goals(run: &Run) -> Vec<Verdict> {
                 .all(|h| h.errors == 0 && h.latency.p50_us <= 2 * h.round_trip_us.max(1));
         v.push(Verdict {
             goal: GOAL_HANDOFF,
-            store: store.to_string(),
+            store: if across {
+                format!("{store}{ACROSS_PROCESSES}")
+            } else {
+                store.to_string()
+            },
             measured: format!(
                 "{}{} (round trip {} ms)",
                 if notified {

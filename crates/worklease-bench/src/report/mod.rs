@@ -181,7 +181,8 @@ mod tests {
     use super::goals::*;
     use super::*;
     use crate::results::{
-        FailoverRow, Latency, Machine, OpRow, PlanInfo, ScaleRow, StoreInfo, Variant,
+        FailoverRow, HandoffMode, HandoffRow, Latency, Machine, OpRow, PlanInfo, ScaleRow,
+        StoreInfo, Variant,
     };
 
     fn op(store: &str, clients: usize, variant: Variant, rate: f64, p99_us: u64) -> OpRow {
@@ -294,6 +295,70 @@ mod tests {
         assert!(md.contains(&format!("- **redis**: {GOAL_PEER}")));
         assert!(md.contains(GOAL_FAILOVER));
         assert!(md.contains("`cargo run --release -p worklease-bench`"));
+    }
+
+    fn handoff(waiters: usize, mode: HandoffMode, across: bool, p50_us: u64) -> HandoffRow {
+        HandoffRow {
+            store: "sqlite".into(),
+            waiters,
+            mode,
+            what: String::new(),
+            notified: mode == HandoffMode::Push,
+            across_processes: across,
+            round_trip_us: 500,
+            errors: 0,
+            first_error: None,
+            latency: Latency {
+                p50_us,
+                count: 100,
+                ..Latency::default()
+            },
+        }
+    }
+
+    #[test]
+    fn handoffs_across_processes_are_shown_and_judged_apart() {
+        let mut r = run();
+        r.stores[0].name = "sqlite".into();
+        r.handoff = vec![
+            handoff(1, HandoffMode::Push, false, 900),
+            handoff(1, HandoffMode::Poll, false, 50_000),
+            handoff(1, HandoffMode::Push, true, 3_000),
+            handoff(1, HandoffMode::Poll, true, 60_000),
+        ];
+        let v = goals(&r);
+        let handoffs: Vec<&Verdict> = v.iter().filter(|v| v.goal == GOAL_HANDOFF).collect();
+        assert_eq!(handoffs.len(), 2, "one verdict per place of the waiters");
+        // 900 µs against 2 × 500: met in one process.
+        assert_eq!(
+            (handoffs[0].store.as_str(), handoffs[0].met),
+            ("sqlite", Some(true))
+        );
+        // 3 ms across processes: 6 round trips, not met, and explained.
+        let across = format!("sqlite{ACROSS_PROCESSES}");
+        assert_eq!(
+            (handoffs[1].store.as_str(), handoffs[1].met),
+            (across.as_str(), Some(false))
+        );
+        assert!(
+            handoffs[1].measured.contains("6.0 round trips"),
+            "{}",
+            handoffs[1].measured
+        );
+        let md = markdown(&r, "run.json", &[]);
+        assert!(
+            md.contains("| sqlite | 1 | other processes | push | 3.00 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| sqlite | 1 | this process | poll | 50.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("- **{across}**: {GOAL_HANDOFF}")),
+            "{md}"
+        );
+        assert!(md.contains("through the database file"), "{md}");
     }
 
     /// A scale row of `store` at `leases`, all acquired, renewed every

@@ -126,17 +126,22 @@ pub fn handoff_table(w: &mut String, run: &Run) {
     let _ = writeln!(w, "\n## Hand-off: release → the next holder\n");
     let _ = writeln!(
         w,
-        "One holder keeps the lease {} ms, then releases; N waiters compete; the figure is the time from the start of the release to the next holder's acquire returning (so at least the release's round trip plus the acquisition's). The releaser waits for the next holder before it waits again, so there are always N waiters. **push**: ours, woken by the store's notification; **poll**: ours with the notifications hidden, polling every {} ms (+ up to 10% jitter); **peer**: the peer lock's own wait. All participants share one store value (one process). Up to {} hand-offs per row. Round trip: the median of one client's baseline compare-and-set.\n",
+        "One holder keeps the lease {} ms, then releases; N waiters compete; the figure is the time from the start of the release to the next holder's acquire returning (so at least the release's round trip plus the acquisition's). The releaser waits for the next holder before it waits again, so there are always N waiters. **push**: ours, woken by the store's notification; **poll**: ours with the notifications hidden, polling every {} ms (+ up to 10% jitter); **peer**: the peer lock's own wait. **waiters in** this process: all participants share one store value; other processes: every participant is a process of its own with its own store value (run where that takes another path, SQLite: through the database file), the figure from `CLOCK_MONOTONIC` stamps that all processes share. Up to {} hand-offs per row. Round trip: the median of one client's baseline compare-and-set.\n",
         run.plan.handoff_hold_ms, run.plan.handoff_poll_ms, run.plan.handoffs
     );
-    let _ = writeln!(w, "| store | waiters | mode | p50 ms | p99 ms | max ms | hand-offs | round trip ms | p50 in round trips |\n|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(w, "| store | waiters | waiters in | mode | p50 ms | p99 ms | max ms | hand-offs | round trip ms | p50 in round trips |\n|---|---|---|---|---|---|---|---|---|---|");
     let mut notes = Vec::new();
     for h in &run.handoff {
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
             h.store,
             h.waiters,
+            if h.across_processes {
+                "other processes"
+            } else {
+                "this process"
+            },
             h.mode.as_str(),
             ms(h.latency.p50_us),
             ms(h.latency.p99_us),
@@ -147,10 +152,15 @@ pub fn handoff_table(w: &mut String, run: &Run) {
         );
         if h.errors > 0 {
             notes.push(format!(
-                "{} {} with {} waiters: {} failed calls (first: {})",
+                "{} {} with {} waiters{}: {} failed calls (first: {})",
                 h.store,
                 h.mode.as_str(),
                 h.waiters,
+                if h.across_processes {
+                    " in other processes"
+                } else {
+                    ""
+                },
                 h.errors,
                 h.first_error.as_deref().unwrap_or("?")
             ));

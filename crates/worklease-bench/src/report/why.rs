@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 
 use super::goals::{
-    find, Verdict, GOAL_CYCLE, GOAL_ETCD, GOAL_FAILOVER, GOAL_HANDOFF, GOAL_P99, GOAL_PEER,
+    find, Verdict, ACROSS_PROCESSES, GOAL_CYCLE, GOAL_ETCD, GOAL_FAILOVER, GOAL_HANDOFF, GOAL_P99,
+    GOAL_PEER,
 };
 use crate::results::{Run, Variant};
 
@@ -26,7 +27,8 @@ pub fn store_note(store: &str) -> Option<&'static str> {
 fn handoff_note(store: &str) -> &'static str {
     match store {
         "memory" => "a round trip here is one `HashMap` update under a mutex (about a microsecond); a hand-off wakes the waiting task through a watch channel and the runtime has to schedule it, which alone costs tens of microseconds: task wake-ups, not store work.",
-        "sqlite" => "the waiters share the releaser's store value, so the release wakes them in-process at once; the hand-off is then the release's commit, the woken waiters' acquisition attempts (one of which commits) and their hops to and from SQLite's blocking thread. Waiters in other processes have no notification at all: they poll.",
+        "sqlite" => "the waiters share the releaser's store value, so the release wakes them in-process at once; the hand-off is then the release's commit, the woken waiters' acquisition attempts (one of which commits) and their hops to and from SQLite's blocking thread.",
+        s if s.strip_suffix(ACROSS_PROCESSES) == Some("sqlite") => "a release reaches another process through the database file: the release's commit (with its fsync), then its touch of the file, the inotify event to each waiting process's watcher thread, a check on that process's connection (`PRAGMA data_version`, then one read of the watched rows), the wake-up, and the acquisition attempts of all woken processes, which queue for SQLite's one write lock (one commits; the others find it held). Each of those hops costs about as much as a round trip on a shared 2-core host.",
         "postgres" => "the release's `pg_notify` reaches the store's listening connection when the release commits; the listener then wakes the waiters after a random jitter of up to 5 ms (`PostgresOptions::wake_jitter`, there so that many waiters do not stampede the row), and the winner's acquisition commits. The jitter alone averages 2.5 ms; with it at zero the hand-off would be the release's commit, the notification and one acquisition.",
         "redis" => "a round trip on loopback is tens of microseconds; the release's `PUBLISH` goes out on the store's subscriber connection, whose task wakes the waiting task, which then runs its acquisition script: each of those hops costs about as much as a round trip, so two round trips cannot be met by any pub/sub path.",
         "etcd" => "the waiters learn of the release from the store's watch on `live` keys (an event after the release's transaction is committed through Raft); the winner's acquisition is then one transaction (two when its store has not seen the lease free: the failure branch tells it what to compare), with a keep-alive of its session lease beside it.",

@@ -134,6 +134,16 @@ pub trait Bench: Send + Sync {
         true
     }
 
+    /// Whether the hand-off scenario also runs with every participant in
+    /// a process of its own: where a store value's waiters are woken
+    /// another way by other processes than by the value itself (SQLite:
+    /// through the database file). On a server store every value has its
+    /// own notification connection, so other processes take the same
+    /// path as one.
+    fn handoff_across_processes(&self) -> bool {
+        false
+    }
+
     /// Removes every namespace [`Bench::open`] made.
     async fn cleanup(&self) -> Result<()>;
 }

@@ -86,6 +86,10 @@ impl Bench for Sqlite {
         })
     }
 
+    fn handoff_across_processes(&self) -> bool {
+        true
+    }
+
     async fn cleanup(&self) -> Result<()> {
         // The temporary directory goes with `self`.
         Ok(())

@@ -49,24 +49,30 @@ fn is_unreadable_row(e: &StoreError) -> bool {
 }
 
 impl SqliteStore {
-    /// `step` for each of `leases`, in one transaction.
+    /// `step` for each of `leases`, in one transaction; `ending` when the
+    /// step may end leases (see [`SqliteStore::ending_tx`]).
     async fn each<T: Send + 'static>(
         &self,
         leases: &[LeaseRef<'_>],
+        ending: bool,
         step: impl Fn(&mut Statements<'_>, &ClockReading, LeaseRef<'_>) -> Result<T> + Send + 'static,
     ) -> Result<Vec<Result<T>>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
         let leases: Vec<OwnedLease> = leases.iter().map(|l| OwnedLease::of(*l)).collect();
-        self.tx(move |tx, now| {
+        let all = move |tx: &rusqlite::Transaction<'_>, now: &ClockReading| {
             let mut st = Statements::new(tx);
             leases
                 .iter()
                 .map(|l| outcome(step(&mut st, now, l.lease())))
                 .collect()
-        })
-        .await
+        };
+        if ending {
+            self.ending_tx(all).await
+        } else {
+            self.tx(all).await
+        }
     }
 
     pub(super) async fn renew_batch(
@@ -74,12 +80,12 @@ impl SqliteStore {
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        self.each(leases, move |st, now, l| renew_step(st, now, l, ttl))
+        self.each(leases, false, move |st, now, l| renew_step(st, now, l, ttl))
             .await
     }
 
     pub(super) async fn release_batch(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        let out = self.each(leases, release_step).await?;
+        let out = self.each(leases, true, release_step).await?;
         for (l, r) in leases.iter().zip(&out) {
             if r.is_ok() {
                 self.watchers.notify(l.work_id);

@@ -30,9 +30,29 @@
 //!   power loss cannot roll back a token that was handed out). They survive
 //!   process restarts and the deletion of a lease row.
 //! * **Notifications.** Waiters on the same `SqliteStore` value as the
-//!   releaser are woken at once; waiters on other values (other processes,
-//!   or a second value on the same file) poll, since SQLite has no
-//!   cross-process notification. Share one value (in an `Arc`) per process.
+//!   releaser are woken at once. Waiters on other values (other processes,
+//!   or a second value on the same file) are woken through the file: a
+//!   release, batch release or revocation sets the database file's
+//!   timestamps after its commit, and a value with waiters (or held leases
+//!   under background renewal) watches the file ([`notify`]: inotify on
+//!   Linux) while it has them, then checks on its connection whether
+//!   another connection committed (`PRAGMA data_version`) and, if so,
+//!   reads the watched work IDs' rows in one statement; it wakes the
+//!   waiters of a lease whose fencing token or phase changed (released,
+//!   revoked, taken), not of one that was only renewed. Bursts of events
+//!   cost one check at a time, and checks take at most a fifth of the
+//!   connection's time (a check of many watched leases rests the longer
+//!   after it: 100,000 held leases are checked about every two seconds).
+//!   A hand-off between processes takes a few
+//!   milliseconds instead of a poll interval, and a revocation by
+//!   `worklease release --force` reaches the holder's lost signal as fast.
+//!   Waiters still poll as the fallback: for writers that do not signal
+//!   (older versions, the `sqlite3` shell), and where the watcher cannot
+//!   be set up (inotify limits, a file system without notifications;
+//!   logged once at `warn`, never an error).
+//!   [`SqliteStore::cross_process_wakeups`] turns the watching off. See
+//!   `push.rs` for why the main file is watched and not the `-wal`. Share
+//!   one value (in an `Arc`) per process: one connection, one watcher.
 //! * **Cancellation.** A call whose future is dropped while it waits for
 //!   the file's write lock is rolled back rather than committed, so an
 //!   abandoned acquisition or renewal leaves no lease behind.
@@ -104,9 +124,11 @@ mod batch;
 mod clock;
 mod file;
 mod ops;
+mod push;
 mod queue;
 mod row;
 mod schema;
+mod seen;
 
 pub use batch::MAX_BATCH;
 pub use clock::{BootClock, ClockReading, StoreClock, TokioClock};
@@ -125,7 +147,10 @@ pub struct SqliteStore {
     clock: Arc<dyn StoreClock>,
     path: PathBuf,
     file: FileIdentity,
-    watchers: Watchers,
+    /// This value's waiters, woken by its own releases and by [`push`].
+    watchers: Arc<Watchers>,
+    /// Wake-ups by other processes' releases.
+    push: push::Push,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -227,14 +252,34 @@ impl SqliteStore {
         conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(db_err(&at("cannot set pragmas on")))?;
         migrate(&mut conn, &shown)?;
+        // `rarray()`, for the wake-up check's one statement.
+        rusqlite::vtab::array::load_module(&conn)
+            .map_err(db_err(&at("cannot load the array module on")))?;
         clock.now()?;
+        let conn = queue::ConnQueue::new(conn);
+        let watchers = Arc::new(Watchers::default());
         Ok(Self {
-            conn: queue::ConnQueue::new(conn),
+            push: push::Push::new(true, &path, &conn, &watchers),
+            conn,
             clock,
             path,
             file,
-            watchers: Watchers::default(),
+            watchers,
         })
+    }
+
+    /// Turns this value's wake-ups by other processes' releases on (the
+    /// default) or off. Off, its waiters learn of a release or revocation
+    /// made through another value (another process) only at their next
+    /// poll, and a held lease's revocation at its next renewal, as with a
+    /// store that has no notifications; its own releases still wake its
+    /// own waiters at once, and still signal other processes. For
+    /// comparisons (the benchmark's polling rows) and tests; see
+    /// "Notifications" in the module docs.
+    #[must_use]
+    pub fn cross_process_wakeups(mut self, on: bool) -> Self {
+        self.push = push::Push::new(on, &self.path, &self.conn, &self.watchers);
+        self
     }
 
     /// The file this store uses.

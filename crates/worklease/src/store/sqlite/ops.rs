@@ -16,7 +16,7 @@ use crate::store::record::{self, Phase};
 use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
 use super::row::{row_from, Expiry, Row, Statements, SELECT_ALL};
-use super::{db_err, ClockReading, SqliteStore, KIND, MAX_BATCH};
+use super::{db_err, push, ClockReading, SqliteStore, KIND, MAX_BATCH};
 
 /// Marks a blocking transaction abandoned when the future awaiting it is
 /// dropped (or has finished: the flag is then read by nobody).
@@ -40,7 +40,17 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.tx_as(TransactionBehavior::Immediate, f).await
+        self.tx_as(Kind::Write, f).await
+    }
+
+    /// [`Self::tx`] for a step that may end leases (a release, a
+    /// revocation): once it has committed, it signals the other
+    /// processes' watchers of the file (see `push.rs`).
+    pub(super) async fn ending_tx<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        self.tx_as(Kind::Ending, f).await
     }
 
     /// Runs `f` in one read transaction (DEFERRED: no write lock, so reads
@@ -50,17 +60,21 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        self.tx_as(TransactionBehavior::Deferred, f).await
+        self.tx_as(Kind::Read, f).await
     }
 
-    /// [`Self::tx`] or [`Self::read_tx`], queued for the connection: this
-    /// value's calls run one after another in the order they came (see
-    /// `queue.rs`).
+    /// [`Self::tx`], [`Self::ending_tx`] or [`Self::read_tx`], queued for
+    /// the connection: this value's calls run one after another in the
+    /// order they came (see `queue.rs`).
     async fn tx_as<T: Send + 'static>(
         &self,
-        behavior: TransactionBehavior,
+        kind: Kind,
         f: impl FnOnce(&rusqlite::Transaction<'_>, &ClockReading) -> Result<T> + Send + 'static,
     ) -> Result<T> {
+        let behavior = match kind {
+            Kind::Read => TransactionBehavior::Deferred,
+            Kind::Write | Kind::Ending => TransactionBehavior::Immediate,
+        };
         let clock = self.clock.clone();
         let (path, file) = (self.path.clone(), self.file);
         let abandoned = Arc::new(AtomicBool::new(false));
@@ -85,6 +99,9 @@ impl SqliteStore {
                 return Err(StoreError::new(KIND, "the caller gave up: rolled back").into());
             }
             tx.commit().map_err(db_err("cannot commit"))?;
+            if kind == Kind::Ending {
+                push::signal(&path);
+            }
             Ok(out)
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -109,6 +126,18 @@ impl SqliteStore {
         self.tx(move |tx, now| step(&mut Statements::new(tx), now, lease.lease()))
             .await
     }
+}
+
+/// What a transaction does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Only reads (DEFERRED).
+    Read,
+    /// Writes (IMMEDIATE).
+    Write,
+    /// Writes and may end leases: signals other processes after its
+    /// commit.
+    Ending,
 }
 
 /// A lease named by a call, owned so that it can go to the blocking thread.
@@ -279,7 +308,9 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        self.one(lease, release_step).await?;
+        let owned = OwnedLease::of(lease);
+        self.ending_tx(move |tx, now| release_step(&mut Statements::new(tx), now, owned.lease()))
+            .await?;
         self.watchers.notify(lease.work_id);
         Ok(())
     }
@@ -323,7 +354,7 @@ impl LeaseStore for SqliteStore {
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
         let id = work_id.clone();
         let before = self
-            .tx(move |tx, now| {
+            .ending_tx(move |tx, now| {
                 let mut st = Statements::new(tx);
                 let Some(mut row) = st.load(&id)? else {
                     return Ok(None);
@@ -367,6 +398,13 @@ impl LeaseStore for SqliteStore {
     }
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
-        self.watchers.watch(work_id)
+        let woken = self.watchers.watch(work_id)?;
+        // Before returning: a change by another process from now on is
+        // seen (see `push.rs`).
+        let registration = self.push.register(work_id);
+        Some(Box::pin(async move {
+            let _registration = registration;
+            woken.await;
+        }))
     }
 }

@@ -96,6 +96,6 @@ impl Drop for Drain {
 /// A lock that a panic elsewhere does not poison for good: the connection
 /// is still usable (a panicking job's transaction was rolled back when it
 /// was dropped).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
