@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+use tokio_util::sync::CancellationToken;
 use worklease::store::memory::MemoryStore;
 use worklease::store::ExpiryClock;
 use worklease::{
@@ -281,31 +282,78 @@ async fn acquire(
             .wait_for_lease()
             .poll_interval(args.poll),
     );
+    wait_for_grant(leases, signals, options, args.poll, "the lease", |o| {
+        leases.acquire(work_id, o)
+    })
+    .await
+}
+
+/// How long an interrupted wait may take to let go of what it holds (a
+/// fair waiter's place in line) before `run` exits anyway.
+const LET_GO: Duration = Duration::from_secs(2);
+
+/// Waits for a grant, `attempt` after `attempt` (each a waiting
+/// acquisition with `options`), retrying store failures every `poll`,
+/// until one succeeds or a terminating signal comes. On that signal the
+/// attempt in flight is cancelled through its options' token and awaited
+/// (at most [`LET_GO`]), so that it lets go of what it holds before `run`
+/// exits; a grant that comes anyway is released.
+async fn wait_for_grant<F, Fut>(
+    leases: &Leases,
+    signals: &mut Signals,
+    options: AcquireOptions,
+    poll: Duration,
+    what: &str,
+    attempt: F,
+) -> Result<Acquired, Failure>
+where
+    F: Fn(AcquireOptions) -> Fut,
+    Fut: std::future::Future<Output = Result<Token, Error>>,
+{
     loop {
-        tokio::select! {
-            result = leases.acquire(work_id, options.clone()) => match result {
-                Ok(token) => return Ok(Acquired::Token(token)),
-                // A store failure while waiting (busy, unreachable): keep waiting.
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "store failed while waiting for the lease; retrying");
+        let cancel = CancellationToken::new();
+        let call = attempt(options.clone().cancel_on(cancel.clone()));
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                Some(sig) = signals.recv() => {
+                    if terminating(sig) {
+                        cancel.cancel();
+                        if let Ok(Ok(token)) = tokio::time::timeout(LET_GO, &mut call).await {
+                            release_after_failure(leases, token).await;
+                        }
+                        return Ok(Acquired::Interrupted(sig));
+                    }
+                    // No child yet to forward it to.
                 }
-                Err(e) => return Err(e.into()),
-            },
+            }
+        };
+        match result {
+            Ok(token) => return Ok(Acquired::Token(token)),
+            // A store failure while waiting (busy, unreachable): keep waiting.
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "store failed while waiting for {what}; retrying");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
             Some(sig) = signals.recv() => {
                 if terminating(sig) {
                     return Ok(Acquired::Interrupted(sig));
                 }
-                continue; // no child yet to forward it to
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(args.poll) => {}
-            Some(sig) = signals.recv() => {
-                if terminating(sig) {
-                    return Ok(Acquired::Interrupted(sig));
-                }
-            }
-        }
+    }
+}
+
+/// "the 1 permit", "all 3 permits".
+fn permits_phrase(n: usize) -> String {
+    if n == 1 {
+        "the 1 permit".to_string()
+    } else {
+        format!("all {n} permits")
     }
 }
 
@@ -356,12 +404,16 @@ async fn acquire_permit(
                 return Err(Failure::new(
                     exit::HELD,
                     format!(
-                        "all {n} permits of semaphore {name:?} are held{expiry}; not waiting: pass --wait to wait for one"
+                        "{} of semaphore {name:?} {} held{expiry}; not waiting: pass --wait to wait for one",
+                        permits_phrase(n),
+                        if n == 1 { "is" } else { "are" }
                     ),
                 ));
             }
             tracing::info!(
-                "all {n} permits of semaphore {name:?} are held{expiry}; waiting for one (polling every {})",
+                "{} of semaphore {name:?} {} held{expiry}; waiting for one (polling every {})",
+                permits_phrase(n),
+                if n == 1 { "is" } else { "are" },
                 fmt_secs(args.poll)
             );
         }
@@ -373,31 +425,15 @@ async fn acquire_permit(
             .wait_for_lease()
             .poll_interval(args.poll),
     );
-    loop {
-        tokio::select! {
-            result = semaphore.acquire(options.clone()) => match result {
-                Ok(token) => return Ok(Acquired::Token(token)),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "store failed while waiting for a permit; retrying");
-                }
-                Err(e) => return Err(e.into()),
-            },
-            Some(sig) = signals.recv() => {
-                if terminating(sig) {
-                    return Ok(Acquired::Interrupted(sig));
-                }
-                continue;
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(args.poll) => {}
-            Some(sig) = signals.recv() => {
-                if terminating(sig) {
-                    return Ok(Acquired::Interrupted(sig));
-                }
-            }
-        }
-    }
+    wait_for_grant(
+        semaphore.leases(),
+        signals,
+        options,
+        args.poll,
+        "a permit",
+        |o| semaphore.acquire(o),
+    )
+    .await
 }
 
 /// What `run` without `--wait` says about a lease held in a store of kind

@@ -145,9 +145,13 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
     if !args.json {
         let held = leases.iter().filter(|l| !l.expired).count();
-        let waiting = worklease::fair::waiters(store.as_ref(), name.as_str())
-            .await?
-            .len();
+        let line = worklease::semaphore::line_target(name.as_str());
+        // A name too long for a fair line has nobody in one.
+        let waiting = match worklease::fair::waiters(store.as_ref(), &line).await {
+            Ok(w) => w.len(),
+            Err(worklease::Error::Invalid(_)) => 0,
+            Err(e) => return Err(e.into()),
+        };
         out.extend_from_slice(
             format!(
                 "semaphore {:?}: {held} of {n} permits held, {waiting} fair waiter(s) in line\n",

@@ -179,47 +179,51 @@ fn queue_bytes(w: &World, target: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn fair_runs_are_served_in_arrival_order() {
-    let w = World::new();
-    let holder = spawn(
-        &w,
+/// `run --ttl TTL WORK_ID` of a holder child named `name`, once started.
+fn start_holder(w: &World, ttl: &str, work_id: &str, name: &str) -> Running {
+    let r = spawn(
+        w,
         &[
             "run",
             "--ttl",
-            "5s",
-            "job",
+            ttl,
+            work_id,
             "--",
             "sh",
             "-c",
-            &holder_script("h"),
+            &holder_script(name),
         ],
     );
-    wait_for_file(&w, "h.started");
+    wait_for_file(w, &format!("{name}.started"));
+    r
+}
+
+/// `worklease ARGS` of a fair waiter of `target`, once it joined the line.
+fn join(w: &World, target: &str, args: &[&str]) -> Running {
+    let before = queue_bytes(w, target);
+    let r = spawn(w, args);
+    assert!(
+        poll_until(LONG, || queue_bytes(w, target) > before),
+        "{args:?} did not join the line"
+    );
+    r
+}
+
+#[test]
+fn fair_runs_are_served_in_arrival_order() {
+    let w = World::new();
+    let holder = start_holder(&w, "5s", "job", "h");
     let mut waiters = Vec::new();
     for i in 0..4 {
-        let before = queue_bytes(&w, "job");
-        waiters.push(spawn(
+        let script = format!("echo {i} >> \"$D/order\"");
+        waiters.push(join(
             &w,
+            "job",
             &[
-                "run",
-                "--ttl",
-                "5s",
-                "--fair",
-                "--wait",
-                "--poll",
-                "100ms",
-                "job",
-                "--",
-                "sh",
-                "-c",
-                &format!("echo {i} >> \"$D/order\""),
+                "run", "--ttl", "5s", "--fair", "--wait", "--poll", "100ms", "job", "--", "sh",
+                "-c", &script,
             ],
         ));
-        assert!(
-            poll_until(LONG, || queue_bytes(&w, "job") > before),
-            "waiter {i} did not join the line"
-        );
     }
     let impatient = output(&w, &["run", "--fair", "job", "--", "true"]);
     assert_eq!(impatient.status.code(), Some(75), "{}", stderr(&impatient));
@@ -234,4 +238,58 @@ fn fair_runs_are_served_in_arrival_order() {
         assert_eq!(wait_exit(waiter), 0);
     }
     assert_eq!(read(&w, "order"), "0\n1\n2\n3", "served in arrival order");
+}
+
+#[test]
+fn an_interrupted_fair_waiter_leaves_the_line_at_once() {
+    let w = World::new();
+    let holder = start_holder(&w, "20s", "job", "h");
+    let fair_waiter = |script: &'static str| {
+        [
+            "run", "--ttl", "20s", "--fair", "--wait", "--poll", "10s", "job", "--", "sh", "-c",
+            script,
+        ]
+    };
+    let a = join(&w, "job", &fair_waiter("touch \"$D/a.ran\""));
+    let b = join(&w, "job", &fair_waiter("touch \"$D/b.ran\""));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(a.0.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    assert_eq!(wait_exit(a), 130, "an interrupted wait exits 128 + SIGINT");
+    std::fs::write(w.path("h.stop"), b"").expect("stop the holder");
+    assert_eq!(wait_exit(holder), 0);
+    // With the interrupted waiter still in line, b would wait for its
+    // waiter lease to expire (20 s) or its own poll (10 s).
+    let started = std::time::Instant::now();
+    assert!(
+        poll_until(std::time::Duration::from_secs(8), || w
+            .path("b.ran")
+            .exists()),
+        "the waiter behind an interrupted one was not served within 8 s"
+    );
+    eprintln!("served {:?} after the holder ended", started.elapsed());
+    assert_eq!(wait_exit(b), 0);
+    assert!(!w.path("a.ran").exists(), "the interrupted waiter ran");
+}
+
+#[test]
+fn a_fail_fast_fair_run_does_not_wait_for_someone_arriving() {
+    let w = World::new();
+    // Someone holds the line's queue lease (an arrival in progress, here
+    // for as long as the test wants).
+    let arriving = start_holder(&w, "20s", "job/fair-queue", "q");
+    let started = std::time::Instant::now();
+    let out = output(&w, &["run", "--fair", "job", "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "a fail-fast fair run waited {:?} for the queue lease",
+        started.elapsed()
+    );
+    assert!(!w.path("ran").exists());
+    std::fs::write(w.path("q.stop"), b"").expect("stop");
+    assert_eq!(wait_exit(arriving), 0);
 }

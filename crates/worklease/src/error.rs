@@ -206,7 +206,7 @@ pub enum Error {
     },
     /// Every permit of a semaphore is held ([`crate::Semaphore::acquire`]
     /// without waiting): the semaphore's `Held`.
-    #[error("all {permits} permits of semaphore {semaphore:?} are held{}", fmt_expires_in(*.expires_in))]
+    #[error("{} of semaphore {semaphore:?} {} held{}", if *.permits == 1 { "the 1 permit".to_string() } else { format!("all {} permits", .permits) }, if *.permits == 1 { "is" } else { "are" }, fmt_expires_in(*.expires_in))]
     PermitsHeld {
         /// The semaphore's name.
         semaphore: String,

@@ -132,7 +132,7 @@ impl Semaphore {
             let try_target: crate::fair::TryTarget<'_> =
                 Box::new(move |o| Box::pin(self.acquire_unfair(o)));
             self.leases
-                .acquire_fair(&self.name, options, try_target)
+                .acquire_fair(&self.line_target(), options, try_target)
                 .await
         } else {
             self.acquire_unfair(options).await
@@ -155,6 +155,13 @@ impl Semaphore {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    /// The target of the semaphore's fair line, `NAME/permit` (its line is
+    /// `NAME/permit/fair-queue` and `NAME/permit/fair-waiter/K`, beside the
+    /// permits and apart from the line of a lease named `NAME`).
+    pub fn line_target(&self) -> String {
+        line_target(&self.name)
     }
 
     /// Any free permit, tried from a random one on.
@@ -184,6 +191,11 @@ impl Semaphore {
     pub fn permit_of(&self, token: &Token) -> Option<usize> {
         permit_number(&self.name, token.work_id().as_str())
     }
+}
+
+/// The target of semaphore `name`'s fair line ([`Semaphore::line_target`]).
+pub fn line_target(name: &str) -> String {
+    format!("{name}{}", PERMIT_INFIX.trim_end_matches('/'))
 }
 
 /// The work IDs of the `permits` permits of semaphore `name`:

@@ -17,7 +17,7 @@ use crate::{AcquireOptions, RenewalOptions, Semaphore};
 const JOIN_CAP: Duration = Duration::from_secs(60);
 
 /// The size of the queue record of `target` (its queue lease's
-/// checkpoint), which grows by one ticket with each waiter that joins
+/// checkpoint), which grows by one entry with each waiter that joins
 /// while nobody leaves: one `inspect` of one work ID, cheap on every
 /// store (listing the waiters lists the whole store).
 async fn queue_bytes(s: &Suite, target: &str) -> usize {
@@ -147,14 +147,15 @@ pub async fn fair_dead_waiter_does_not_stall(s: &Suite) {
     let doomed =
         Semaphore::new(s.holder_on(cut.clone(), "fair-dead-doomed"), &name, 1).expect("semaphore");
     let behind = Semaphore::new(s.holder("fair-dead-behind"), &name, 1).expect("semaphore");
+    let line = crate::semaphore::line_target(&name);
     let mut doomed_task = None;
-    joined(s, &name, || {
+    joined(s, &line, || {
         let options = fair_wait(s);
         doomed_task = Some(tokio::spawn(async move { doomed.acquire(options).await }));
     })
     .await;
     let mut behind_task = None;
-    joined(s, &name, || {
+    joined(s, &line, || {
         let options = fair_wait(s);
         behind_task = Some(tokio::spawn(async move {
             (behind.acquire(options).await, Instant::now())
