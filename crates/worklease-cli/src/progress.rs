@@ -33,6 +33,28 @@ impl Progress {
     /// Starts refreshing the line for `work_id` when stderr is a terminal;
     /// else does nothing. Needs a Tokio runtime.
     pub fn start(store: Arc<dyn LeaseStore>, work_id: &WorkId) -> Self {
+        let id = work_id.clone();
+        Self::watching(store, vec![work_id.clone()], move |leases| {
+            line(&id, leases.iter().find(|l| l.work_id == id))
+        })
+    }
+
+    /// Starts refreshing the line for a wait for a permit of semaphore
+    /// `name` ("waiting for a permit of NAME: 3 of 3 held, the first
+    /// expires in 2.1s"), as [`Progress::start`].
+    pub fn start_permits(store: Arc<dyn LeaseStore>, name: &str, permits: &[WorkId]) -> Self {
+        let (name, n) = (name.to_string(), permits.len());
+        Self::watching(store, permits.to_vec(), move |leases| {
+            permits_line(&name, n, leases)
+        })
+    }
+
+    /// The line `render` makes of the leases of `work_ids`, refreshed.
+    fn watching(
+        store: Arc<dyn LeaseStore>,
+        work_ids: Vec<WorkId>,
+        render: impl Fn(&[LeaseInfo]) -> String + Send + 'static,
+    ) -> Self {
         let progress = Self {
             stop: CancellationToken::new(),
             drawn: Arc::new(Mutex::new(false)),
@@ -40,11 +62,7 @@ impl Progress {
         if !std::io::stderr().is_terminal() {
             return progress;
         }
-        let (stop, drawn, work_id) = (
-            progress.stop.clone(),
-            progress.drawn.clone(),
-            work_id.clone(),
-        );
+        let (stop, drawn) = (progress.stop.clone(), progress.drawn.clone());
         tokio::spawn(async move {
             // The first line after a second: a wait that ends sooner (an
             // election won at once) shows none.
@@ -55,15 +73,15 @@ impl Progress {
                     _ = stop.cancelled() => return,
                     _ = ticks.tick() => {}
                 }
-                let info = tokio::select! {
+                let leases = tokio::select! {
                     _ = stop.cancelled() => return,
-                    r = store.inspect(std::slice::from_ref(&work_id)) => match r {
-                        Ok(leases) => leases.into_iter().find(|l| l.work_id == work_id),
+                    r = store.inspect(&work_ids) => match r {
+                        Ok(leases) => leases,
                         // Keep the last line; the wait itself reports store failures.
                         Err(_) => continue,
                     },
                 };
-                let text = fit(&line(&work_id, info.as_ref()), columns());
+                let text = fit(&render(&leases), columns());
                 let mut drawn = drawn.lock().unwrap_or_else(|e| e.into_inner());
                 if stop.is_cancelled() {
                     return;
@@ -118,6 +136,18 @@ fn line(work_id: &WorkId, info: Option<&LeaseInfo>) -> String {
             None => format!("waiting for {id}: held by {holder}"),
         }
     }
+}
+
+/// The text of the line for a semaphore `name` of `n` permits whose
+/// permits' leases are `leases`.
+fn permits_line(name: &str, n: usize, leases: &[LeaseInfo]) -> String {
+    let held: Vec<&LeaseInfo> = leases.iter().filter(|l| !l.expired).collect();
+    let first = held.iter().filter_map(|l| l.expires_in).min();
+    let mut text = format!("waiting for a permit of {name}: {} of {n} held", held.len());
+    if let Some(d) = first {
+        text.push_str(&format!(", the first expires in {}", fmt_secs(d)));
+    }
+    text.chars().filter(|c| !c.is_control()).collect()
 }
 
 /// `text` cut to fit in `columns - 1` characters (a line that wraps could
@@ -192,6 +222,23 @@ mod tests {
             "waiting for job: host:1[2J's lease expired"
         );
         assert_eq!(line(&id, None), "waiting for job: no lease yet");
+    }
+
+    #[test]
+    fn the_permits_line_counts_the_held_ones() {
+        let leases = [
+            info(Some(Duration::from_millis(2100)), false, None),
+            info(Some(Duration::from_millis(900)), false, None),
+            info(None, true, Some(LeaseEnd::Released)),
+        ];
+        assert_eq!(
+            permits_line("db", 3, &leases),
+            "waiting for a permit of db: 2 of 3 held, the first expires in 0.9s"
+        );
+        assert_eq!(
+            permits_line("db", 3, &[]),
+            "waiting for a permit of db: 0 of 3 held"
+        );
     }
 
     #[test]

@@ -425,6 +425,12 @@ async fn acquire_permit(
             .wait_for_lease()
             .poll_interval(args.poll),
     );
+    // On a terminal: how many permits are held, refreshed.
+    let _progress = Progress::start_permits(
+        semaphore.leases().store().clone(),
+        name,
+        semaphore.permit_ids(),
+    );
     wait_for_grant(
         semaphore.leases(),
         signals,
