@@ -405,8 +405,14 @@ impl Scheduler {
         }
     }
 
+    /// When the loop must run again by itself: at the first deadline, and
+    /// at the first due renewal while a batch slot is free. With every
+    /// slot taken, a due renewal waits for a batch to come back (which
+    /// wakes the loop): waking for it would only spin.
     fn next_wake(&self) -> Option<Instant> {
-        let due = self.due.first().map(|&(t, _)| t);
+        let due = (self.batches.len() < MAX_BATCHES_IN_FLIGHT)
+            .then(|| self.due.first().map(|&(t, _)| t))
+            .flatten();
         let deadline = self.deadlines.first().map(|&(t, _)| t);
         match (due, deadline) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result, StoreError};
 use crate::store::url_parts::redact;
 
-use super::{EtcdConfig, EtcdStore, KIND};
+use super::{Core, EtcdConfig, KIND};
 
 /// The share of a lease's TTL one request to one member may take before
 /// the store sends it to the next member: TTL/5 (see `Budget::lease`).
@@ -164,7 +164,7 @@ impl Budget {
     }
 }
 
-impl EtcdStore {
+impl Core {
     fn unreachable(&self, e: etcd_client::Error) -> Error {
         store_err(
             format!(
