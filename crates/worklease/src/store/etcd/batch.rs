@@ -39,8 +39,8 @@ use crate::store::record::Phase;
 use crate::store::LeaseRef;
 
 use super::acquire::lease_missing;
-use super::keys::{live_key, session_key};
-use super::layout::{Part, OP_BYTES, TAIL_OPS};
+use super::keys::{live_key, live_key_len, session_key};
+use super::layout::{OP_BYTES, TAIL_OPS};
 use super::leases::{ttl_secs, Session};
 use super::records::{end_of, extend_until, Claim, Granted};
 use super::rpc::Budget;
@@ -77,6 +77,9 @@ type Kept = Vec<(i64, Result<bool>)>;
 fn kept_of(kept: &Kept, id: i64) -> Option<&Result<bool>> {
     kept.iter().find(|(k, _)| *k == id).map(|(_, a)| a)
 }
+
+/// A generous size of a `state` value, in bytes.
+const STATE_BYTES: usize = 256;
 
 impl Core {
     /// Renews each of `leases` for `ttl` (see the module docs); per lease
@@ -169,8 +172,15 @@ impl Core {
             }
         }
         let sessions = self.session_keys_to_put(leases, &mut plans);
-        let (parts, sent_ops, counts_on) = self.renewal_parts(leases, &plans, ttl);
+        let (sent_ops, sizes, counts_on) = self.renewal_index(leases, &plans);
         let prefix = self.config.prefix.as_str();
+        // Built afresh for each try (see `txn_with`).
+        let build = |range: Range<usize>| -> Vec<TxnOp> {
+            sent_ops[range]
+                .iter()
+                .filter_map(|&i| self.renewal_op(leases[i], &plans[i], ttl))
+                .collect()
+        };
         // Each transaction of the batch puts the session keys of the
         // leases it renews by a compare.
         let tail = |range: Range<usize>| -> Vec<TxnOp> {
@@ -192,10 +202,10 @@ impl Core {
                 .map(|id| async move { (*id, self.keep_alive_after(*id, sent, budget).await) }),
         );
         let txn = async {
-            if parts.is_empty() {
+            if sizes.is_empty() {
                 Ok(Vec::new())
             } else {
-                self.send_batch(parts, tail, "renew", budget).await
+                self.send_built(&sizes, build, tail, "renew", budget).await
             }
         };
         let (kept, replies) = tokio::join!(kept, txn);
@@ -340,71 +350,70 @@ impl Core {
         keep
     }
 
-    /// The nested transaction of each lease the batch sends, the index of
-    /// its lease, and the session whose key it counts on (renewed by a
-    /// compare).
-    fn renewal_parts(
+    /// The leases the batch sends (their indices), the estimated size of
+    /// each one's nested transaction, and the session whose key it counts
+    /// on (renewed by a compare).
+    fn renewal_index(
         &self,
         leases: &[LeaseRef<'_>],
         plans: &[Plan],
-        ttl: Duration,
-    ) -> (Vec<Part>, Vec<usize>, Vec<Option<i64>>) {
+    ) -> (Vec<usize>, Vec<usize>, Vec<Option<i64>>) {
         let prefix = self.config.prefix.as_str();
-        let mut parts = Vec::with_capacity(leases.len());
         let mut sent_ops = Vec::with_capacity(leases.len());
+        let mut sizes = Vec::with_capacity(leases.len());
         let mut counts_on = Vec::with_capacity(leases.len());
         for (i, (plan, lease)) in plans.iter().zip(leases).enumerate() {
-            let (part, session) = match plan {
+            let key = live_key_len(prefix, lease.work_id) + OP_BYTES;
+            let (size, session) = match plan {
                 Plan::Done | Plan::Unknown => continue,
-                Plan::Compare { id, live_rev } => {
-                    let key = live_key(prefix, lease.work_id);
-                    let bytes = key.len() + OP_BYTES;
-                    let op = TxnOp::txn(Txn::new().when([Compare::mod_revision(
-                        key,
-                        CompareOp::Equal,
-                        *live_rev,
-                    )]));
-                    (Part { op, bytes }, Some(*id))
-                }
-                Plan::Write { from, to } => {
-                    let keys = self.keys(lease.work_id);
-                    let state = to_json(&State {
-                        token: lease.fencing_token,
-                        phase: Phase::Held.as_str().to_string(),
-                        at_ms: now_ms().saturating_add(millis(ttl)),
-                        granted_s: to.map_or(from.ttl_s, |s| s.ttl_s),
-                        ttl_ms: millis(ttl),
-                    });
-                    let bytes = 3 * (keys.live.len() + OP_BYTES) + state.len();
-                    let mut then = vec![TxnOp::put(keys.state.as_str(), state, None)];
-                    if let Some(s) = to {
-                        then.push(TxnOp::put(
-                            keys.live.as_str(),
-                            lease.holder_id.as_str(),
-                            Some(PutOptions::new().with_lease(s.id)),
-                        ));
-                    }
-                    let op = TxnOp::txn(
-                        Txn::new()
-                            .when([Compare::mod_revision(
-                                keys.live.as_str(),
-                                CompareOp::Equal,
-                                from.live_rev,
-                            )])
-                            .and_then(then),
-                    );
-                    (Part { op, bytes }, None)
-                }
-                Plan::GivenUp(g) => (
-                    self.give_up_part(lease.work_id, lease.fencing_token, g),
-                    None,
-                ),
+                Plan::Compare { id, .. } => (key, Some(*id)),
+                Plan::Write { .. } | Plan::GivenUp(_) => (4 * key + STATE_BYTES, None),
             };
-            parts.push(part);
             sent_ops.push(i);
+            sizes.push(size);
             counts_on.push(session);
         }
-        (parts, sent_ops, counts_on)
+        (sent_ops, sizes, counts_on)
+    }
+
+    /// The nested transaction of `lease` by `plan`.
+    fn renewal_op(&self, lease: LeaseRef<'_>, plan: &Plan, ttl: Duration) -> Option<TxnOp> {
+        Some(match plan {
+            Plan::Done | Plan::Unknown => return None,
+            Plan::Compare { live_rev, .. } => TxnOp::txn(Txn::new().when([Compare::mod_revision(
+                live_key(&self.config.prefix, lease.work_id),
+                CompareOp::Equal,
+                *live_rev,
+            )])),
+            Plan::Write { from, to } => {
+                let keys = self.keys(lease.work_id);
+                let state = to_json(&State {
+                    token: lease.fencing_token,
+                    phase: Phase::Held.as_str().to_string(),
+                    at_ms: now_ms().saturating_add(millis(ttl)),
+                    granted_s: to.map_or(from.ttl_s, |s| s.ttl_s),
+                    ttl_ms: millis(ttl),
+                });
+                let mut then = vec![TxnOp::put(keys.state.as_str(), state, None)];
+                if let Some(s) = to {
+                    then.push(TxnOp::put(
+                        keys.live.as_str(),
+                        lease.holder_id.as_str(),
+                        Some(PutOptions::new().with_lease(s.id)),
+                    ));
+                }
+                TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(
+                            keys.live.as_str(),
+                            CompareOp::Equal,
+                            from.live_rev,
+                        )])
+                        .and_then(then),
+                )
+            }
+            Plan::GivenUp(g) => self.give_up_part(lease.work_id, lease.fencing_token, g).op,
+        })
     }
 
     /// The answer for a lease whose nested transaction succeeded, and its

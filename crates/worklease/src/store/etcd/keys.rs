@@ -23,6 +23,13 @@ fn escape(work_id: &str) -> String {
     utf8_percent_encode(work_id, ESCAPED).to_string()
 }
 
+/// Whether `id` stands as it is in keys: printable ASCII without `/` and
+/// `%` (what `ESCAPED` leaves alone), as most work IDs are.
+fn plain(id: &str) -> bool {
+    id.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'/' && b != b'%')
+}
+
 /// The `live` key of `work_id` under `prefix` (what [`EtcdKeys::new`]
 /// makes, built alone: a renewal needs no other key).
 pub(super) fn live_key(prefix: &str, work_id: &WorkId) -> String {
@@ -30,10 +37,25 @@ pub(super) fn live_key(prefix: &str, work_id: &WorkId) -> String {
     let mut key = String::with_capacity(prefix.len() + LIVE.len() + id.len() + 8);
     key.push_str(prefix);
     key.push_str(LIVE);
+    if plain(id) {
+        key.push_str(id);
+        return key;
+    }
     for part in utf8_percent_encode(id, ESCAPED) {
         key.push_str(part);
     }
     key
+}
+
+/// The length of [`live_key`], without making it.
+pub(super) fn live_key_len(prefix: &str, work_id: &WorkId) -> usize {
+    let id = work_id.as_str();
+    let escaped = if plain(id) {
+        id.len()
+    } else {
+        utf8_percent_encode(id, ESCAPED).map(str::len).sum()
+    };
+    prefix.len() + LIVE.len() + escaped
 }
 
 /// The session key of etcd lease `lease` under `prefix`: attached to that
@@ -118,6 +140,7 @@ mod tests {
             "a/../../b",
             "x y:ü🚀",
             "live/x",
+            "plain-id_0~",
         ];
         let mut seen = std::collections::HashSet::new();
         for s in ids {
@@ -134,6 +157,7 @@ mod tests {
                 assert!(seen.insert(key.clone()), "{key} collides");
             }
             assert_eq!(live_key("p/", &id(s)), k.live);
+            assert_eq!(live_key_len("p/", &id(s)), k.live.len());
             assert_eq!(work_id_of("p/", ACQ, k.acquisition.as_bytes()), Some(id(s)));
             assert_eq!(work_id_of("p/", LIVE, k.live.as_bytes()), Some(id(s)));
             assert_eq!(work_id_of("p/", ACQ, k.live.as_bytes()), None);

@@ -138,9 +138,8 @@ impl Core {
     /// Sends `parts` (at most [`INNER_OPS`] operations per branch each) in
     /// as few transactions as fit, at once, each ending with the operations
     /// `tail` gives for its range of parts (at most [`TAIL_OPS`]); per
-    /// part, its
-    /// reply. An error of any transaction is the batch's error (the
-    /// others may have been applied).
+    /// part, its reply. An error of any transaction is the batch's error
+    /// (the others may have been applied).
     pub(super) async fn send_batch(
         &self,
         parts: Vec<Part>,
@@ -149,53 +148,71 @@ impl Core {
         budget: Budget,
     ) -> Result<Vec<Reply>> {
         let sizes: Vec<usize> = parts.iter().map(|p| p.bytes).collect();
-        let ranges = chunks(&sizes, self.max_batch_len());
-        let mut ops = parts.into_iter().map(|p| p.op);
-        let mut sends = Vec::with_capacity(ranges.len());
-        for range in ranges {
-            let chunk: Vec<TxnOp> = ops.by_ref().take(range.len()).collect();
-            let tail = tail(range.clone());
-            sends.push(self.send_one(chunk, tail, what, budget));
-        }
-        Ok(try_join_all(sends).await?.into_iter().flatten().collect())
+        let ops: Vec<TxnOp> = parts.into_iter().map(|p| p.op).collect();
+        self.send_built(&sizes, |r| ops[r].to_vec(), tail, what, budget)
+            .await
     }
 
-    /// One transaction of `parts` and `tail` (flat or grouped); per part,
-    /// its reply.
-    async fn send_one(
+    /// As [`Core::send_batch`], for parts of `sizes` bytes that `build`
+    /// makes (for a range of them) afresh for each try, so that the first
+    /// try sends them without a copy.
+    pub(super) async fn send_built(
         &self,
-        parts: Vec<TxnOp>,
-        tail: Vec<TxnOp>,
+        sizes: &[usize],
+        build: impl Fn(Range<usize>) -> Vec<TxnOp>,
+        tail: impl Fn(Range<usize>) -> Vec<TxnOp>,
         what: &str,
         budget: Budget,
     ) -> Result<Vec<Reply>> {
-        let n = parts.len();
-        let k = groups(n, tail.len(), INNER_OPS, self.config.max_txn_ops)
+        let sends = chunks(sizes, self.max_batch_len())
+            .into_iter()
+            .map(|range| self.send_one(range, &build, &tail, what, budget));
+        Ok(try_join_all(sends).await?.into_iter().flatten().collect())
+    }
+
+    /// One transaction of the parts in `range` and their `tail` (flat or
+    /// grouped); per part, its reply.
+    async fn send_one(
+        &self,
+        range: Range<usize>,
+        build: &impl Fn(Range<usize>) -> Vec<TxnOp>,
+        tail: &impl Fn(Range<usize>) -> Vec<TxnOp>,
+        what: &str,
+        budget: Budget,
+    ) -> Result<Vec<Reply>> {
+        let n = range.len();
+        let tail_len = tail(range.clone()).len();
+        let k = groups(n, tail_len, INNER_OPS, self.config.max_txn_ops)
             .ok_or_else(|| bad_value(&format!("a batch of {n} does not fit max_txn_ops")))?;
-        let (mut ops, sizes) = if k == 0 {
-            (parts, Vec::new())
-        } else {
-            let per = n.div_ceil(k);
-            let mut ops = Vec::with_capacity(k + tail.len());
-            let mut sizes = Vec::with_capacity(k);
-            let mut parts = parts.into_iter();
-            for _ in 0..n.div_ceil(per) {
-                let group: Vec<TxnOp> = parts.by_ref().take(per).collect();
-                sizes.push(group.len());
-                ops.push(TxnOp::txn(Txn::new().and_then(group)));
-            }
-            (ops, sizes)
+        // Flat, or groups of `per` (the last one smaller).
+        let per = if k == 0 { n } else { n.div_ceil(k) };
+        let layout = || {
+            let parts = build(range.clone());
+            let mut ops = if k == 0 {
+                parts
+            } else {
+                let mut parts = parts.into_iter();
+                (0..n.div_ceil(per))
+                    .map(|_| {
+                        TxnOp::txn(
+                            Txn::new().and_then(parts.by_ref().take(per).collect::<Vec<_>>()),
+                        )
+                    })
+                    .collect()
+            };
+            ops.extend(tail(range.clone()));
+            Txn::new().and_then(ops)
         };
-        let first = ops.len();
-        ops.extend(tail);
-        let resp = self.txn(Txn::new().and_then(ops), what, budget).await?;
+        let resp = self.txn_with(layout, what, budget).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         let reply = |txn| Reply { txn, revision };
-        if sizes.is_empty() {
+        if k == 0 {
             return Ok(nested_replies(&resp, n)?.into_iter().map(reply).collect());
         }
         let mut out = Vec::with_capacity(n);
-        for (group, size) in nested_replies(&resp, first)?.iter().zip(sizes) {
+        let groups = n.div_ceil(per);
+        for (g, group) in nested_replies(&resp, groups)?.iter().enumerate() {
+            let size = per.min(n - g * per);
             out.extend(nested_replies(group, size)?.into_iter().map(reply));
         }
         Ok(out)

@@ -6,6 +6,7 @@
 //! through: a session kept alive for some of its keys keeps all of them,
 //! so the store must end those their holder gave up.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -117,23 +118,20 @@ impl Records {
         sent: Instant,
         until: Instant,
     ) -> Claim<'_> {
-        let key = (lease.work_id.clone(), lease.fencing_token);
-        let given_up = match self.leases.get(&key) {
-            Some(g) if g.holder == *lease.holder_id => g.given_up(sent),
-            _ => return Claim::Unknown,
-        };
-        if given_up {
-            return self
-                .leases
-                .remove(&key)
-                .map_or(Claim::Unknown, Claim::GivenUp);
-        }
-        match self.leases.get_mut(&key) {
-            Some(g) => {
-                extend_until(&mut g.until, until);
-                Claim::Known(g)
+        match self
+            .leases
+            .entry((lease.work_id.clone(), lease.fencing_token))
+        {
+            Entry::Occupied(e) if e.get().holder == *lease.holder_id => {
+                if e.get().given_up(sent) {
+                    Claim::GivenUp(e.remove())
+                } else {
+                    let g = e.into_mut();
+                    extend_until(&mut g.until, until);
+                    Claim::Known(g)
+                }
             }
-            None => Claim::Unknown,
+            _ => Claim::Unknown,
         }
     }
 }

@@ -247,9 +247,21 @@ impl Core {
     }
 
     pub(super) async fn txn(&self, txn: Txn, what: &str, budget: Budget) -> Result<TxnResponse> {
+        self.txn_with(|| txn.clone(), what, budget).await
+    }
+
+    /// A transaction that `build` makes afresh for each try (`rpc` may
+    /// send it to several members), so that the first try, usually the
+    /// only one, sends it without a copy.
+    pub(super) async fn txn_with(
+        &self,
+        build: impl Fn() -> Txn,
+        what: &str,
+        budget: Budget,
+    ) -> Result<TxnResponse> {
         let resp = self
             .rpc(what, budget, |mut c| {
-                let txn = txn.clone();
+                let txn = build();
                 async move { c.txn(txn).await }
             })
             .await?;
