@@ -120,7 +120,7 @@
 //!   (or every key under the prefix), and it is a write hot spot; the
 //!   revision needs no key at all. Only wiping the cluster's data (a new
 //!   cluster) starts revisions again from 1. All leases of one batch
-//!   acquisition share one token value (one revision), each larger than
+//!   transaction share one token value (one revision), each larger than
 //!   every earlier token of its work ID.
 //! * **Expiry: etcd's leases, TTLs rounded up to whole seconds.** etcd
 //!   counts lease TTLs in whole seconds, so a TTL is **rounded up** to the
@@ -292,8 +292,9 @@
 //! * that etcd's lessor is the only clock: the observation rule counts
 //!   on the holder's and the contender's monotonic clocks running at
 //!   about the same rate (the holder's safety margin covers the drift);
-//! * distinct tokens within one batch acquisition: its leases share one
-//!   revision (each still larger than every earlier token of its work ID);
+//! * distinct tokens within one batch acquisition: the leases of one
+//!   transaction share one revision (each still larger than every earlier
+//!   token of its work ID);
 //! * that an acquisition whose reply was lost and whose call gave up is
 //!   freed at once: it stays until its TTL has passed and the sweep ends
 //!   it (or etcd does); a copy of it that a hung member applies later
