@@ -37,6 +37,8 @@ use worklease::{
 
 #[path = "etcd/leader_changes.rs"]
 mod leader_changes;
+#[path = "etcd/session_revision.rs"]
+mod session_revision;
 #[path = "etcd/sessions.rs"]
 mod sessions;
 
@@ -182,15 +184,18 @@ async fn granted_ttl(client: &mut Client, key: &str) -> i64 {
         .granted_ttl()
 }
 
-/// TTLs are rounded up to whole seconds (and to etcd's minimum TTL): the
-/// store never ends a lease early, a contender gets it once etcd ends it,
-/// and the holder still counts its own, shorter TTL.
+/// TTLs are rounded up to whole seconds (and to etcd's minimum TTL): etcd
+/// never ends a lease early, a contender gets it once etcd ends it, and
+/// the holder still counts its own, shorter TTL. While the holder's store
+/// lives, its sweep ends a lease its holder gave up at the holder's own
+/// TTL instead (not before it), with millisecond precision.
 #[tokio::test]
 async fn ttls_are_rounded_up_to_whole_seconds() {
     let store = test_store().await;
     let mut client = raw(store.inner().config()).await;
     let ttl = Duration::from_millis(1200);
-    let a = leases(store.clone(), "round-a", ttl);
+    let holder_store = twin(&store);
+    let a = leases(holder_store.clone(), "round-a", ttl);
     let b = leases(store.clone(), "round-b", ttl);
     let sent = Instant::now();
     let t = a
@@ -201,6 +206,9 @@ async fn ttls_are_rounded_up_to_whole_seconds() {
         t.deadline().expect("deadline") <= sent + ttl,
         "the holder counts its own TTL"
     );
+    // The holder's process is gone: only etcd's expiry ends the lease.
+    drop(a);
+    drop(holder_store);
     let keys = store.inner().keys(&id("jobs/round"));
     let granted = granted_ttl(&mut client, &keys.live).await;
     assert!(
@@ -229,8 +237,44 @@ async fn ttls_are_rounded_up_to_whole_seconds() {
         }
     };
     assert!(t_b.fencing_token() > t.fencing_token());
-    assert!(matches!(a.renew(&t).await, Err(Error::Fenced { .. })));
     b.release(t_b).await.expect("release");
+
+    // The holder's store lives (it holds another lease of the session):
+    // its sweep ends the given-up lease at the holder's own TTL.
+    let a = leases(store.clone(), "round-c", ttl);
+    let other = a
+        .acquire("jobs/round-other", AcquireOptions::new())
+        .await
+        .expect("acquire");
+    let renewal = a
+        .start_renewal(other, worklease::RenewalOptions::new())
+        .expect("renewal");
+    let sent = Instant::now();
+    let t = a
+        .acquire("jobs/round-swept", AcquireOptions::new())
+        .await
+        .expect("acquire");
+    let t_b = loop {
+        match b.acquire("jobs/round-swept", AcquireOptions::new()).await {
+            Ok(t) => break t,
+            Err(Error::Held { .. }) if sent.elapsed() < ttl + EXPIRY_SLACK => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            other => panic!("the sweep ends a given-up lease by TTL + slack: {other:?}"),
+        }
+    };
+    assert!(
+        Instant::now() > t.deadline().expect("deadline"),
+        "S1: ended before the holder's deadline"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "ended at the holder's 1200 ms, not etcd's 2 s: {:?}",
+        sent.elapsed()
+    );
+    b.release(t_b).await.expect("release");
+    let other = renewal.stop().await.expect("stop");
+    a.release(other).await.expect("release");
 }
 
 /// Fencing tokens are etcd revisions: the create revision of the lease

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use etcd_client::Client;
 use tokio::time::Instant;
-use worklease::store::etcd::{EtcdConfig, EtcdStore, MAX_TXN_OPS};
+use worklease::store::etcd::{batch_capacity, EtcdConfig, EtcdStore, MAX_BATCH, MAX_TXN_OPS};
 use worklease::{AcquireOptions, Error, LeaseStore, WorkId};
 
 use super::{leases, raw, test_store, EXPIRY_SLACK};
@@ -17,17 +17,6 @@ use super::{leases, raw, test_store, EXPIRY_SLACK};
 async fn lease_of(client: &mut Client, key: &str) -> i64 {
     let live = client.get(key, None).await.expect("get");
     live.kvs().first().expect("the lease key exists").lease()
-}
-
-/// The cluster's current revision.
-async fn revision(client: &mut Client) -> i64 {
-    client
-        .get("worklease-test/revision", None)
-        .await
-        .expect("get")
-        .header()
-        .expect("a header")
-        .revision()
 }
 
 #[tokio::test]
@@ -86,29 +75,42 @@ async fn a_session_shares_one_etcd_lease_and_a_release_deletes_only_its_keys() {
     b.release(other).await.expect("release");
 }
 
+/// Each batch is one transaction, told by revisions (other tests write
+/// to the same server meanwhile, so not by the cluster's revision): the
+/// tokens of one batch acquisition are one revision, a batch renewal puts
+/// the session key once, and the `state` keys of one batch release share
+/// one revision.
 #[tokio::test]
 async fn a_batch_is_one_transaction() {
     let store = test_store().await;
     assert_eq!(
         store.max_batch(),
-        MAX_TXN_OPS - 4,
-        "etcd's default --max-txn-ops"
+        MAX_BATCH,
+        "with etcd's default --max-txn-ops"
     );
     let mut client = raw(store.inner().config()).await;
     let a = leases(store.clone(), "batch-a", Duration::from_secs(5));
     let ids: Vec<String> = (0..store.max_batch())
         .map(|i| format!("jobs/b{i}"))
         .collect();
-    let before = revision(&mut client).await;
+    let one_revision = |tokens: &[worklease::Token]| {
+        tokens
+            .iter()
+            .all(|t| t.fencing_token() == tokens[0].fencing_token())
+    };
     let tokens = a.acquire_many(&ids, ids.len()).await.expect("acquire_many");
     assert_eq!(tokens.len(), ids.len());
-    assert_eq!(
-        revision(&mut client).await,
-        before + 1,
+    assert!(
+        one_revision(&tokens),
         "{} acquisitions in one transaction",
         ids.len()
     );
-    let before = revision(&mut client).await;
+    let keys = |id: &str| store.inner().keys(&WorkId::new(id).expect("id"));
+    let session = store
+        .inner()
+        .session_key(lease_of(&mut client, &keys(&ids[0]).live).await);
+    let version = |resp: etcd_client::GetResponse| resp.kvs().first().map_or(0, |kv| kv.version());
+    let before = version(client.get(session.as_str(), None).await.expect("get"));
     let renewed: Vec<_> = a
         .renew_many(&tokens)
         .await
@@ -117,22 +119,24 @@ async fn a_batch_is_one_transaction() {
         .map(|r| r.expect("renewed"))
         .collect();
     assert_eq!(
-        revision(&mut client).await,
+        version(client.get(session.as_str(), None).await.expect("get")),
         before + 1,
         "one renewal transaction"
     );
-    let before = revision(&mut client).await;
     let out = a.release_many(renewed).await.expect("release_many");
     assert!(out.iter().all(Result::is_ok), "{out:?}");
-    assert_eq!(
-        revision(&mut client).await,
-        before + 1,
+    let mut released = Vec::new();
+    for id in &ids {
+        let kv = client.get(keys(id).state, None).await.expect("get");
+        released.push(kv.kvs().first().expect("state").mod_revision());
+    }
+    assert!(
+        released.iter().all(|r| *r == released[0]),
         "one release transaction"
     );
     // Released here: the next acquisition of each is one transaction too.
-    let before = revision(&mut client).await;
     let again = a.acquire_many(&ids, ids.len()).await.expect("acquire_many");
-    assert_eq!(revision(&mut client).await, before + 1);
+    assert!(one_revision(&again));
     a.release_many(again).await.expect("release_many");
 }
 
@@ -140,7 +144,7 @@ async fn a_batch_is_one_transaction() {
 fn max_txn_ops_comes_from_the_url() {
     let c = EtcdConfig::from_url("etcd://127.0.0.1:2379?max_txn_ops=64").expect("valid");
     assert_eq!(c.get_max_txn_ops(), 64);
-    assert_eq!(EtcdStore::new(c.clone()).max_batch(), 60);
+    assert_eq!(EtcdStore::new(c.clone()).max_batch(), 29 * 30);
     assert_eq!(EtcdConfig::from_url(&c.to_url()).expect("round trip"), c);
     assert_eq!(
         EtcdConfig::from_url("etcd://127.0.0.1:2379")
@@ -148,7 +152,7 @@ fn max_txn_ops_comes_from_the_url() {
             .get_max_txn_ops(),
         MAX_TXN_OPS
     );
-    for bad in ["0", "4", "x", ""] {
+    for bad in ["0", "4", "5", "x", ""] {
         let e =
             EtcdConfig::from_url(&format!("etcd://127.0.0.1:2379?max_txn_ops={bad}")).unwrap_err();
         assert!(e.to_string().contains("max_txn_ops"), "{e}");
@@ -213,34 +217,49 @@ async fn a_contender_takes_over_a_lease_etcd_keeps_alive() {
     b.release(tb).await.expect("release");
 }
 
-/// The batch limit is what etcd allows: it gives a nested transaction
-/// what its parent leaves of `--max-txn-ops` (128 by default), so a batch
-/// of `max_batch` nested transactions of four operations each passes, and
-/// one more fails.
+/// The batch layout is what etcd allows: it gives a nested transaction
+/// what its parent leaves of `--max-txn-ops` (128 by default), so `k`
+/// groups of `g` nested transactions of three operations per branch, and
+/// two more operations beside the groups, pass while `k + 2 + g + 3 <=
+/// 128` (61 groups of 62: [`batch_capacity`] is built on it), and fail
+/// beyond.
 #[tokio::test]
-async fn the_batch_limit_is_what_etcd_allows() {
+async fn the_batch_layout_is_what_etcd_allows() {
     use etcd_client::{Compare, CompareOp, Txn, TxnOp};
     let store = test_store().await;
     let mut client = raw(store.inner().config()).await;
-    let batch = |n: usize| {
-        let ops: Vec<TxnOp> = (0..n)
-            .map(|i| {
-                let k = format!("{}probe/{i}", store.inner().config().get_prefix());
-                let four = |_| Compare::create_revision(k.as_str(), CompareOp::Equal, 0);
-                let gets = |_| TxnOp::get(k.as_str(), None);
-                TxnOp::txn(
-                    Txn::new()
-                        .when((0..4).map(four).collect::<Vec<_>>())
-                        .and_then((0..4).map(gets).collect::<Vec<_>>())
-                        .or_else((0..4).map(gets).collect::<Vec<_>>()),
-                )
+    let prefix = store.inner().config().get_prefix().to_string();
+    let batch = |groups: usize, per: usize| {
+        let mut ops: Vec<TxnOp> = (0..groups)
+            .map(|g| {
+                let nested: Vec<TxnOp> = (0..per)
+                    .map(|i| {
+                        // Short keys (compared and read, never
+                        // written): the request stays under etcd's 1.5 MiB.
+                        let k = format!("p{g}.{i}");
+                        let three = |_| Compare::create_revision(k.as_str(), CompareOp::Equal, 0);
+                        let gets = |_| TxnOp::get(k.as_str(), None);
+                        TxnOp::txn(
+                            Txn::new()
+                                .when((0..3).map(three).collect::<Vec<_>>())
+                                .and_then((0..3).map(gets).collect::<Vec<_>>())
+                                .or_else((0..3).map(gets).collect::<Vec<_>>()),
+                        )
+                    })
+                    .collect();
+                TxnOp::txn(Txn::new().and_then(nested))
             })
             .collect();
+        ops.extend((0..2).map(|s| TxnOp::put(format!("{prefix}probe-sess/{s}"), "", None)));
         Txn::new().and_then(ops)
     };
-    let n = store.max_batch();
-    assert_eq!(n, MAX_TXN_OPS - 4);
-    client.txn(batch(n)).await.expect("a full batch passes");
-    let e = client.txn(batch(n + 1)).await.unwrap_err();
-    assert!(e.to_string().contains("too many operations"), "{e}");
+    assert!(batch_capacity(MAX_TXN_OPS) >= MAX_BATCH);
+    client
+        .txn(batch(61, 62))
+        .await
+        .expect("61 groups of 62 pass");
+    for (groups, per) in [(62, 62), (61, 63)] {
+        let e = client.txn(batch(groups, per)).await.unwrap_err();
+        assert!(e.to_string().contains("too many operations"), "{e}");
+    }
 }

@@ -266,19 +266,19 @@ impl EtcdConfig {
 
     /// The `--max-txn-ops` of the cluster (default
     /// [`MAX_TXN_OPS`](super::MAX_TXN_OPS), etcd's default): a batch call
-    /// names up to this less [`NESTED_OPS`](super::NESTED_OPS) leases
-    /// ([`crate::LeaseStore::max_batch`]).
-    /// URL parameter `max_txn_ops=N`.
+    /// names up to [`batch_capacity`](super::batch_capacity) of it
+    /// ([`crate::LeaseStore::max_batch`]: [`MAX_BATCH`](super::MAX_BATCH)
+    /// by default, 870 with 64). URL parameter `max_txn_ops=N`.
     ///
     /// # Errors
     /// [`InvalidInput::Config`] for less than
-    /// [`NESTED_OPS`](super::NESTED_OPS) + 1: a batch of one lease needs
+    /// [`RESERVED_OPS`](super::RESERVED_OPS) + 1: a batch of one lease needs
     /// that many.
     pub fn max_txn_ops(mut self, n: usize) -> Result<Self> {
-        if n <= super::NESTED_OPS {
+        if n <= super::RESERVED_OPS {
             return Err(InvalidInput::Config(format!(
                 "max_txn_ops must be at least {} (a batch of one lease needs that many)",
-                super::NESTED_OPS + 1
+                super::RESERVED_OPS + 1
             ))
             .into());
         }

@@ -15,12 +15,12 @@ use crate::store::{Handoff, LeaseInfo};
 use super::keys::{prefix_end, work_id_of, ACQ};
 use super::rpc::Budget;
 use super::snapshot::Snapshot;
-use super::{wall, EtcdStore};
+use super::{wall, Core};
 
 /// How many `acq` keys one page of `inspect` lists.
 const PAGE: i64 = 1000;
 
-impl EtcdStore {
+impl Core {
     /// Everything `status` shows of one work ID, or `None` when it was
     /// never acquired.
     pub(super) async fn inspect_one(&self, work_id: WorkId) -> Result<Option<LeaseInfo>> {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::error::Result;
 
 use super::rpc::Budget;
-use super::EtcdStore;
+use super::Core;
 
 /// One session lease's keep-alives: the send time and answer of the last
 /// one, and the open stream to send the next on.
@@ -23,7 +23,7 @@ pub(super) struct Keeper {
 /// Per etcd lease, its [`Keeper`], locked while a keep-alive is in flight.
 pub(super) type Keepers = HashMap<i64, Arc<tokio::sync::Mutex<Keeper>>>;
 
-impl EtcdStore {
+impl Core {
     /// Renews etcd lease `id` with a keep-alive sent at or after `after`;
     /// false when etcd no longer has it. Calls for one lease share their
     /// keep-alives, as a group commit does: one is in flight at a time, and

@@ -1,5 +1,6 @@
-//! The key layout: the four keys of a work ID under the prefix, and the
-//! escaping that makes a work ID one path segment.
+//! The key layout: the four keys of a work ID under the prefix, the
+//! escaping that makes a work ID one path segment, and the key of each
+//! session lease.
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 
@@ -10,6 +11,8 @@ pub(super) const LIVE: &str = "live/";
 pub(super) const ACQ: &str = "acq/";
 const STATE: &str = "state/";
 const CKPT: &str = "ckpt/";
+/// The session keys, each followed by its etcd lease ID in hex.
+pub(super) const SESS: &str = "sess/";
 
 /// What the escaping of a work ID encodes besides non-ASCII bytes, which
 /// percent-encoding always encodes: `/` keeps the ID one path segment.
@@ -18,6 +21,48 @@ const ESCAPED: &AsciiSet = &CONTROLS.add(b'/').add(b'%');
 /// The escaped form of a work ID, as it stands in keys.
 fn escape(work_id: &str) -> String {
     utf8_percent_encode(work_id, ESCAPED).to_string()
+}
+
+/// Whether `id` stands as it is in keys: printable ASCII without `/` and
+/// `%` (what `ESCAPED` leaves alone), as most work IDs are.
+fn plain(id: &str) -> bool {
+    id.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'/' && b != b'%')
+}
+
+/// The `live` key of `work_id` under `prefix` (what [`EtcdKeys::new`]
+/// makes, built alone: a renewal needs no other key).
+pub(super) fn live_key(prefix: &str, work_id: &WorkId) -> String {
+    let id = work_id.as_str();
+    let mut key = String::with_capacity(prefix.len() + LIVE.len() + id.len() + 8);
+    key.push_str(prefix);
+    key.push_str(LIVE);
+    if plain(id) {
+        key.push_str(id);
+        return key;
+    }
+    for part in utf8_percent_encode(id, ESCAPED) {
+        key.push_str(part);
+    }
+    key
+}
+
+/// The length of [`live_key`], without making it.
+pub(super) fn live_key_len(prefix: &str, work_id: &WorkId) -> usize {
+    let id = work_id.as_str();
+    let escaped = if plain(id) {
+        id.len()
+    } else {
+        utf8_percent_encode(id, ESCAPED).map(str::len).sum()
+    };
+    prefix.len() + LIVE.len() + escaped
+}
+
+/// The session key of etcd lease `lease` under `prefix`: attached to that
+/// lease, put by every batch renewal of the session, so its mod revision
+/// moves while the session's holder renews (the observation rule).
+pub(super) fn session_key(prefix: &str, lease: i64) -> String {
+    format!("{prefix}{SESS}{lease:016x}")
 }
 
 /// The etcd keys of one work ID (see the module docs for what each holds).
@@ -95,6 +140,7 @@ mod tests {
             "a/../../b",
             "x y:ü🚀",
             "live/x",
+            "plain-id_0~",
         ];
         let mut seen = std::collections::HashSet::new();
         for s in ids {
@@ -110,6 +156,8 @@ mod tests {
                 assert!(!rest.contains('/'), "{key}: the ID is one segment");
                 assert!(seen.insert(key.clone()), "{key} collides");
             }
+            assert_eq!(live_key("p/", &id(s)), k.live);
+            assert_eq!(live_key_len("p/", &id(s)), k.live.len());
             assert_eq!(work_id_of("p/", ACQ, k.acquisition.as_bytes()), Some(id(s)));
             assert_eq!(work_id_of("p/", LIVE, k.live.as_bytes()), Some(id(s)));
             assert_eq!(work_id_of("p/", ACQ, k.live.as_bytes()), None);
@@ -119,6 +167,16 @@ mod tests {
         for key in ["p/acq/%41", "p/acq/a/b", "p/acq/", "p/acq/%zz"] {
             assert_eq!(work_id_of("p/", ACQ, key.as_bytes()), None, "{key}");
         }
+    }
+
+    #[test]
+    fn session_keys_are_apart_from_work_ids() {
+        assert_eq!(session_key("p/", 0x2a), "p/sess/000000000000002a");
+        assert_eq!(
+            work_id_of("p/", LIVE, session_key("p/", 7).as_bytes()),
+            None
+        );
+        assert_eq!(work_id_of("p/", ACQ, session_key("p/", 7).as_bytes()), None);
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The etcd leases of a store: one session lease per (holder ID, TTL in
-//! whole etcd seconds), shared by every key of that holder's acquisitions
-//! with that TTL, and what the store remembers of each of its own
-//! acquisitions (which session lease its `live` key is attached to, when
-//! its last renewal was sent, the revision of its `state`).
+//! The session leases of a store: one etcd lease per (holder ID, TTL in
+//! whole etcd seconds), shared by the `live` keys of that holder's
+//! acquisitions with that TTL, and the registry of every session lease
+//! this store granted and has not seen end (a renewal of a lease on one
+//! of them is a compare, and the batch moves the session's key: see
+//! `batch.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,21 +11,21 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Result;
-use crate::limits::{HolderId, WorkId};
-use crate::store::LeaseRef;
+use crate::limits::HolderId;
 
 use super::rpc::Budget;
-use super::EtcdStore;
+use super::Core;
 
-/// How many of its own acquisitions a store remembers (a renewal of one
-/// it forgot reads its keys first: one request more). Above the most
-/// leases one process is meant to hold ([`crate::limits::MAX_BATCH`]).
-const LEASE_CACHE: usize = 2 * crate::limits::MAX_BATCH;
 /// A session lease is given to a new acquisition only while it has this
 /// much left by this host's clock since its last grant or keep-alive
 /// (etcd may be ending it after that); the acquisition keeps it alive
 /// again in any case.
 const SESSION_MARGIN: Duration = Duration::from_secs(1);
+/// How long after its TTL ran out by this host's clock (since its last
+/// grant or keep-alive) the registry forgets a session lease nobody kept
+/// alive: etcd has ended it by then (its sweep runs every 500 ms), and
+/// with it every key attached to it.
+const SESSION_FORGET_AFTER: Duration = Duration::from_secs(5);
 
 /// A TTL as etcd takes it: whole seconds, rounded up, at least 1.
 pub(super) fn ttl_secs(ttl: Duration) -> i64 {
@@ -46,41 +47,34 @@ pub(super) struct Session {
     /// When the request that last started its countdown (grant or
     /// keep-alive) was sent, by this host's monotonic clock.
     renewed: Instant,
-    /// When the store last looked for keys of it that their holder gave
-    /// up ([`EtcdStore::abandoned`]).
-    swept: Instant,
 }
 
-/// What a store knows of one of its acquisitions (or of one it renewed).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Granted {
-    /// The etcd lease `live` is attached to.
-    pub(super) id: i64,
-    /// The TTL etcd granted it, in seconds.
-    pub(super) ttl_s: i64,
-    /// The TTL of the last acquisition or renewal.
-    pub(super) ttl: Duration,
-    /// When the last successful acquisition or renewal of this lease was
-    /// sent, by this host's monotonic clock: past this plus `ttl` its
-    /// holder counts it lost (the crate docs' "Clocks"), and so does the
-    /// store.
-    pub(super) renewed: Instant,
-    /// The mod revision of the work ID's `state` key as the acquisition
-    /// last saw it (0: absent, as an acquisition leaves it). Checkpoints
-    /// compare it: one that a hung member applies late, after a newer one,
-    /// changes nothing; the sweep compares it too.
-    pub(super) state_rev: i64,
+/// The session leases of a store.
+#[derive(Debug, Default)]
+pub(super) struct Sessions {
+    /// The session new acquisitions of a holder and TTL (etcd seconds)
+    /// go to.
+    current: HashMap<(HolderId, i64), i64>,
+    /// Every session lease this store granted and has not seen end, by
+    /// its etcd lease ID.
+    granted: HashMap<i64, Session>,
 }
 
-impl Granted {
-    /// Whether its holder's TTL ran out (by this host's clock) with no
-    /// successful renewal since.
-    pub(super) fn given_up(&self, now: Instant) -> bool {
-        self.renewed + self.ttl <= now
+impl Sessions {
+    /// Whether `id` is a session lease of this store that etcd has not
+    /// ended, as far as the store knows.
+    pub(super) fn has(&self, id: i64) -> bool {
+        self.granted.contains_key(&id)
+    }
+
+    /// The IDs of every session lease of this store (a few: one per
+    /// holder and TTL in use, while etcd has them).
+    pub(super) fn ids(&self) -> Vec<i64> {
+        self.granted.keys().copied().collect()
     }
 }
 
-impl EtcdStore {
+impl Core {
     /// Grants a new etcd lease of `ttl` (whole seconds, rounded up).
     async fn grant(&self, ttl: Duration, budget: Budget) -> Result<Session> {
         let sent = Instant::now();
@@ -94,7 +88,6 @@ impl EtcdStore {
             id: resp.id(),
             ttl_s: resp.ttl(),
             renewed: sent,
-            swept: sent,
         })
     }
 
@@ -111,15 +104,25 @@ impl EtcdStore {
     ) -> Result<(Session, bool)> {
         let key = (holder.clone(), ttl_secs(ttl));
         let now = Instant::now();
-        let known = self.sessions.lock().ok().and_then(|s| s.get(&key).copied());
+        let known = self.sessions.lock().ok().and_then(|s| {
+            let id = s.current.get(&key)?;
+            s.granted.get(id).copied()
+        });
         if let Some(s) = known.filter(|s| s.renewed + secs(s.ttl_s) > now + SESSION_MARGIN) {
             return Ok((s, s.renewed < sent));
         }
         let granted = self.grant(ttl, budget).await?;
         if let Ok(mut sessions) = self.sessions.lock() {
-            sessions.insert(key, granted);
+            sessions.current.insert(key, granted.id);
+            sessions.granted.insert(granted.id, granted);
         }
         Ok((granted, false))
+    }
+
+    /// Whether `id` is a session lease of this store that etcd has not
+    /// ended, as far as the store knows.
+    pub(super) fn is_session(&self, id: i64) -> bool {
+        self.sessions.lock().is_ok_and(|s| s.has(id))
     }
 
     /// Notes a keep-alive of etcd lease `id` sent at `sent`: its answer,
@@ -127,7 +130,7 @@ impl EtcdStore {
     pub(super) fn kept_alive(&self, id: i64, sent: Instant, alive: bool) {
         if alive {
             if let Ok(mut sessions) = self.sessions.lock() {
-                for s in sessions.values_mut().filter(|s| s.id == id) {
+                if let Some(s) = sessions.granted.get_mut(&id) {
                     s.renewed = s.renewed.max(sent);
                 }
             }
@@ -139,45 +142,30 @@ impl EtcdStore {
     /// Forgets session lease `id` (etcd no longer has it).
     pub(super) fn session_gone(&self, id: i64) {
         if let Ok(mut sessions) = self.sessions.lock() {
-            sessions.retain(|_, s| s.id != id);
+            sessions.granted.remove(&id);
+            sessions.current.retain(|_, s| *s != id);
         }
         if let Ok(mut keepers) = self.keepers.lock() {
             keepers.remove(&id);
         }
     }
 
-    /// The remembered leases attached to session lease `id` whose holder
-    /// gave them up (their TTL ran out since their last renewal), at most
-    /// once per a quarter of the session's TTL; they are forgotten. A
-    /// keep-alive of the session would keep their keys alive in etcd: the
-    /// caller deletes them first ([`EtcdStore::abandon`]).
-    pub(super) fn abandoned(&self, id: i64) -> Vec<(WorkId, u64, Granted)> {
-        let now = Instant::now();
-        let due = self.sessions.lock().ok().is_some_and(|mut sessions| {
-            let mut due = false;
-            for s in sessions.values_mut().filter(|s| s.id == id) {
-                if s.swept + secs(s.ttl_s) / 4 <= now {
-                    s.swept = now;
-                    due = true;
-                }
-            }
-            due
-        });
-        if !due {
-            return Vec::new();
+    /// Forgets the session leases nobody kept alive for longer than
+    /// their TTL and [`SESSION_FORGET_AFTER`]: etcd has ended them.
+    pub(super) fn forget_ended_sessions(&self, now: Instant) {
+        let ended: Vec<i64> = self.sessions.lock().map_or_else(
+            |_| Vec::new(),
+            |s| {
+                s.granted
+                    .values()
+                    .filter(|s| s.renewed + secs(s.ttl_s) + SESSION_FORGET_AFTER < now)
+                    .map(|s| s.id)
+                    .collect()
+            },
+        );
+        for id in ended {
+            self.session_gone(id);
         }
-        let Ok(mut leases) = self.leases.lock() else {
-            return Vec::new();
-        };
-        let gone: Vec<_> = leases
-            .iter()
-            .filter(|(_, g)| g.id == id && g.given_up(now))
-            .map(|((w, t), g)| (w.clone(), *t, *g))
-            .collect();
-        for (w, t, _) in &gone {
-            leases.remove(&(w.clone(), *t));
-        }
-        gone
     }
 
     /// The time left on etcd lease `id`, rounded up to whole seconds
@@ -193,44 +181,7 @@ impl EtcdStore {
         let ttl = u64::try_from(resp.ttl()).ok()?;
         Some(Duration::from_secs(ttl + 1))
     }
-
-    pub(super) fn remember(&self, work_id: &WorkId, token: u64, granted: Granted) {
-        if let Ok(mut leases) = self.leases.lock() {
-            if leases.len() >= LEASE_CACHE {
-                // Forgetting costs a read at the next renewal, nothing more.
-                leases.clear();
-            }
-            leases.insert((work_id.clone(), token), granted);
-        }
-    }
-
-    pub(super) fn forget(&self, work_id: &WorkId, token: u64) {
-        if let Ok(mut leases) = self.leases.lock() {
-            leases.remove(&(work_id.clone(), token));
-        }
-    }
-
-    /// The budget of an operation on `lease` without a TTL of its own
-    /// (release, read checkpoint): that of the TTL its etcd lease was
-    /// granted, when this store knows it.
-    pub(super) fn budget_of(&self, lease: LeaseRef<'_>) -> Budget {
-        match self.remembered(lease.work_id, lease.fencing_token) {
-            Some(g) if g.ttl_s > 0 => Budget::lease(&self.config, secs(g.ttl_s)),
-            _ => Budget::plain(&self.config),
-        }
-    }
-
-    pub(super) fn remembered(&self, work_id: &WorkId, token: u64) -> Option<Granted> {
-        self.leases
-            .lock()
-            .ok()?
-            .get(&(work_id.clone(), token))
-            .copied()
-    }
 }
-
-/// The session leases of a store, by holder and TTL in etcd seconds.
-pub(super) type Sessions = HashMap<(HolderId, i64), Session>;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,8 @@
 //! later) through the `etcd-client` crate, one etcd transaction per lease
 //! operation or batch, expiry judged by etcd's own leases (one per holder
 //! session), and, where etcd keeps a lease alive that its holder no longer
-//! renews, by the observation rule (docs/adr/0010-etcd-sessions.md).
+//! renews, by the observation rule (docs/adr/0010-etcd-sessions.md,
+//! docs/adr/0013-etcd-session-revision.md).
 //!
 //! * **Key layout.** Under a configurable prefix (default
 //!   [`DEFAULT_PREFIX`]), each work ID has four keys,
@@ -16,16 +17,23 @@
 //!     holder ID.
 //!   - `acq` (the acquisition: holder, TTL, previous holder and how its
 //!     lease ended) is written by acquisitions only.
-//!   - `state` (renewals, release, revocation of the current acquisition)
-//!     is written by every other operation and deleted by an acquisition:
-//!     its mod revision moves at every renewal and checkpoint, which is
-//!     what a contender watches (the observation rule, below).
+//!   - `state` (the token it is about, and: released or revoked; or held,
+//!     with the TTL of the renewal that wrote it) is written by release,
+//!     revocation, checkpoints, the end of a lease its holder gave up, and
+//!     renewals that are not a session's own (below). An acquisition
+//!     leaves it: it names the acquisition it is about.
 //!   - `ckpt` holds the checkpoint bytes.
 //!
-//!   Only `live` is attached to an etcd lease: when etcd ends the lease,
-//!   the acquisition, its state and the checkpoint stay, and a lease whose
-//!   `acq` is there without its `live` key expired (unless `state` says it
-//!   was released or revoked).
+//!   Besides, each session lease (below) has a key,
+//!   `<prefix>sess/<lease ID in hex>` ([`EtcdStore::session_key`]),
+//!   attached to that lease: every batch renewal of the session puts it,
+//!   so its mod revision moves while the holder renews, which is what a
+//!   contender watches (the observation rule, below).
+//!
+//!   Only `live` (and the session key) is attached to an etcd lease: when
+//!   etcd ends the lease, the acquisition, its state and the checkpoint
+//!   stay, and a lease whose `acq` is there without its `live` key expired
+//!   (unless `state` says it was released or revoked).
 //! * **Sessions: one etcd lease per holder and TTL.** The store keeps one
 //!   etcd lease per (holder ID, TTL in whole etcd seconds), granted on the
 //!   first acquisition and shared by every `live` key of that holder's
@@ -36,23 +44,31 @@
 //!   acquisition grants nothing: it is one transaction, with a keep-alive
 //!   of the session lease beside it (its countdown must start after the
 //!   acquisition was sent). A renewal of a batch is one keep-alive per
-//!   distinct session lease (one, usually) beside one transaction. The
+//!   distinct session lease (one, usually) beside one transaction, which
+//!   writes no key per lease (below). The
 //!   keep-alives of one session lease are shared as in a group commit (one
 //!   in flight; the calls that waited for it take the next, sent after
 //!   each of them) and go as messages on one stream kept open. A
 //!   release or revocation deletes only its own keys and never revokes the
 //!   session lease; an unused one expires with its TTL.
 //!
-//!   A keep-alive extends every key of the session, also that of a lease
-//!   its holder gave up (its TTL ran out by the holder's clock, with no
-//!   renewal since, while other leases of the session still renew). The
-//!   store remembers when it last sent a successful renewal of each of its
-//!   leases, and deletes the `live` keys of those it gave up, comparing
-//!   token, session lease and `state` revision: in the batch a renewal of
-//!   such a lease names (which then answers `Expired`, or `Fenced` when it
-//!   was taken), and beside a keep-alive, at most every quarter TTL per
-//!   session. A lease given up by a process that is gone is freed by etcd
-//!   (the session is no longer kept alive) or by the observation rule.
+//!   A keep-alive extends every key of the session, and a batch renewal
+//!   moves the session key for all of them, also for a lease its holder
+//!   gave up (its TTL ran out by the holder's clock, with no renewal sent
+//!   since, while other leases of the session still renew). So the store
+//!   ends those itself: it records, per lease on one of its session
+//!   leases, until when the latest acquisition or renewal it sent (answered
+//!   or not) may count, and a task of the store (the *sweep*) deletes the
+//!   `live` key of every such lease whose time has passed (it wakes at the
+//!   earliest such time it knows), comparing
+//!   the revisions of `live` and `state` (so a lease another process
+//!   renewed meanwhile stays). A renewal sent after that time answers
+//!   `Expired` (or `Fenced` when the lease was taken) and deletes the key
+//!   in its own batch. An acquisition whose outcome the store never learned
+//!   (its call failed, or was dropped) is ended the same way once its
+//!   time is up, if it was applied. A lease given up by a process that is
+//!   gone is freed by etcd (the session is no longer kept alive) or by the
+//!   observation rule.
 //! * **Transactions and batches.** Every operation is one etcd
 //!   transaction that compares revisions (and the holder ID, a value) and
 //!   writes what it changes together. A batch (`acquire_many`,
@@ -66,19 +82,31 @@
 //!   `live` is absent and that `acq` and `state` are as this store last
 //!   saw them free (it released the lease, or a failure branch showed it
 //!   free; otherwise it guesses "never acquired"), then writes `live`
-//!   (attached to the session lease), `acq` (with the predecessor) and
-//!   deletes `state`; a wrong guess costs one more round with what the
-//!   failure branch read. A renewal compares `live`'s create revision (the
-//!   fencing token), holder and etcd lease, and writes `state` (moving
-//!   `live` to the holder's session of a longer TTL when it asks for more
-//!   than its session was granted); a checkpoint also compares the
-//!   revision of `state` it last saw and writes `ckpt`; a release deletes
-//!   `live` and writes `state`. Batch limit: etcd's `--max-txn-ops` (128 by
-//!   default) bounds each branch, and a nested transaction gets what its
-//!   parent leaves of it, so a batch names up to `max_txn_ops` −
-//!   [`NESTED_OPS`] leases (124; `max_txn_ops=N` in the URL for a cluster
-//!   run with another limit). A batch of 124 renewals is about 25 KiB, far
-//!   under etcd's 1.5 MiB request limit. An empty batch makes no call.
+//!   (attached to the session lease) and `acq` (with the predecessor); a
+//!   wrong guess costs one more round with what the failure branch read.
+//!   A **renewal writes no key per lease**: for a lease on one of this
+//!   store's session leases, its nested transaction compares only `live`'s
+//!   mod revision with the one this store wrote (the acquisition's: the
+//!   fencing token; or a move's), with nothing in either branch, and the
+//!   batch puts the session key once, atomically with those compares. A
+//!   nested transaction that failed is explained by a read of that lease's
+//!   keys in a second transaction (one round trip when all renew, two when
+//!   one did not). A renewal of any other lease (another process's
+//!   acquisition, or one asking for more than its session was granted,
+//!   which moves `live` to the holder's session of that TTL) compares the
+//!   same and writes `state` (and `live`). A checkpoint compares token,
+//!   holder, etcd lease and the revision of `state` it last saw, and
+//!   writes `state` and `ckpt`; a release deletes `live` and writes
+//!   `state`. Batch limit: etcd's `--max-txn-ops` (128 by default) bounds
+//!   each branch, and a nested transaction gets what its parent leaves of
+//!   it, so the nested transactions go in the batch's success branch while
+//!   they fit, and in groups (a nested transaction of nested transactions)
+//!   beyond: a batch names up to [`MAX_BATCH`] (1,000) leases in one
+//!   transaction (`max_txn_ops=N` in the URL for a cluster run with
+//!   another limit: [`batch_capacity`]), and one whose keys add up to more
+//!   than [`MAX_REQUEST_BYTES`] (1 MiB; etcd's limit is 1.5 MiB) goes as
+//!   several transactions at once (`layout.rs`). A batch of 1,000 renewals
+//!   of 40-byte keys is about 60 KiB. An empty batch makes no call.
 //! * **Fencing: etcd's revisions.** The fencing token of an acquisition is
 //!   the revision of its transaction (the create revision of `live`, the
 //!   mod revision of `acq`). etcd's revision is one counter for the whole
@@ -92,7 +120,7 @@
 //!   (or every key under the prefix), and it is a write hot spot; the
 //!   revision needs no key at all. Only wiping the cluster's data (a new
 //!   cluster) starts revisions again from 1. All leases of one batch
-//!   acquisition share one token value (one revision), each larger than
+//!   transaction share one token value (one revision), each larger than
 //!   every earlier token of its work ID.
 //! * **Expiry: etcd's leases, TTLs rounded up to whole seconds.** etcd
 //!   counts lease TTLs in whole seconds, so a TTL is **rounded up** to the
@@ -107,23 +135,34 @@
 //!   since the leader checks for expired leases every 500 ms. Contenders
 //!   wait that long; holders still count their own TTL. etcd's lease clock
 //!   is the leader's monotonic clock: a wall-clock step on a member
-//!   changes nothing.
+//!   changes nothing. `inspect` (and `worklease status`) reports a live
+//!   lease's `expires_in` as what etcd has left on the etcd lease `live`
+//!   is on (whole seconds, rounded up): the session's time, so for a lease
+//!   its holder gave up while renewing others it is an upper bound (the
+//!   sweep ends such a lease sooner).
 //! * **Liveness under leader changes: the observation rule.** A new Raft
 //!   leader restarts every lease's countdown (etcd-io/etcd#9888, #9395,
 //!   #17132): with leadership moving more often than the TTL (measured on
 //!   3.4: every 3, 4 or 6 s with a 5 s TTL), etcd never ends a dead
 //!   holder's lease. So liveness does not rest on etcd's lessor alone. The
 //!   *version* of a held lease is (create and mod revision of `live`, mod
-//!   revision of `state`), and every renewal and checkpoint moves it. A
-//!   contender notes when it first saw a version (when the read that
-//!   showed it returned: never before the holder sent the write that made
-//!   it); once it has seen it unchanged for the holder's TTL (that of the
-//!   renewal that wrote `state`, rounded up to whole etcd seconds) by its
-//!   own monotonic clock, the holder's deadline (that send + TTL − margin)
-//!   has passed, and it deletes `live` in a transaction comparing exactly
-//!   that version, then acquires. A renewal that lands first moves the
-//!   version and the deletion changes nothing; one that lands after finds
-//!   `live` gone. The slack of this rule is the rounding to whole seconds:
+//!   revision of `state`, mod revision of the session key of the etcd
+//!   lease `live` is on), and every renewal and checkpoint moves it: a
+//!   session's batch renewal puts the session key in the transaction whose
+//!   compares renew its leases, any other renewal or checkpoint writes
+//!   `state` or `live`. A contender notes when it first saw a version (when
+//!   the read of the session key, after the read of the lease's keys,
+//!   returned: never before the holder sent the renewal that made it);
+//!   once it has seen it unchanged for the holder's TTL (that of the
+//!   acquisition or of the renewal that wrote `state`, rounded up to whole
+//!   etcd seconds, and at least what etcd granted the etcd lease `live` is
+//!   on) by its own monotonic clock, the holder's deadline (that send + TTL
+//!   − margin) has passed, and it deletes `live` in a transaction comparing
+//!   exactly that version, then acquires. A renewal that lands first moves
+//!   the version and the deletion changes nothing; one that lands after
+//!   finds `live` gone. The session key moves for all leases of a session:
+//!   a lease given up while the holder renews others is ended by the
+//!   holder's own store (the sweep, above). The slack of this rule is the rounding to whole seconds:
 //!   a contender that watched from before the holder stopped acquires
 //!   within the TTL rounded up + a poll interval + a few round trips,
 //!   whatever the leader does; one that comes later waits a whole TTL from
@@ -180,7 +219,11 @@
 //!   Sending a request again whose outcome is unknown (the first copy may
 //!   have been applied, even late, when the hung member resumes) is safe
 //!   for each of them. Reads and etcd-lease keep-alives change nothing
-//!   that matters twice. A renewal or checkpoint transaction compares the
+//!   that matters twice. A batch renewal compares `live`'s mod revision
+//!   only: a second copy renews again, which changes nothing but the
+//!   session key's revision, and a copy applied late cannot outlive the
+//!   store's record of it (the sweep counts from the latest renewal sent,
+//!   answered or not). A checkpoint transaction compares the
 //!   fencing token (`live`'s create revision), the holder, the etcd lease
 //!   and the mod revision of `state` the store last saw: a second copy
 //!   finds `state` moved and fails (the store reads the keys, sees the
@@ -194,8 +237,9 @@
 //!   acquisition with this call's number and holder, the acquisition is
 //!   this call's and it returns it. When every try fails, the acquisition
 //!   returns a store error; an acquisition that was applied after all
-//!   lives on the session lease until the observation rule (or etcd's
-//!   expiry, once the session is no longer kept alive) frees it.
+//!   lives on the session lease until the sweep ends it (its `acq` value,
+//!   which holds the call's number, compared), once the call's TTL has
+//!   passed, or etcd's expiry once the session is no longer kept alive.
 //!   A session lease grant applied twice leaves an unused etcd lease that
 //!   expires with its TTL. The watch follows the store to the next member when its stream
 //!   breaks.
@@ -209,8 +253,9 @@
 //!   the number of writes since the snapshot), or wipe the store's keys and
 //!   treat the cluster as new, with every resource that checks tokens
 //!   reset too.
-//! * **Compaction.** Every acquisition, renewal and checkpoint is a write,
-//!   and etcd keeps every old revision until compacted; etcd 3.4 does not
+//! * **Compaction.** Every acquisition, checkpoint and release is a
+//!   write, and so is every batch renewal (one key per batch); etcd keeps
+//!   every old revision until compacted; etcd 3.4 does not
 //!   compact by default. Run etcd with `--auto-compaction-retention` (and
 //!   defragment members now and then), else the database reaches its space
 //!   quota, etcd raises the NOSPACE alarm and refuses every write: every
@@ -219,25 +264,42 @@
 //! Limits: etcd refuses requests above 1.5 MiB by default, which the
 //! largest checkpoint (1 MiB, [`crate::limits::MAX_CHECKPOINT_BYTES`])
 //! stays under. `inspect` of every lease lists the `acq` keys in pages.
-//! A batch names up to [`MAX_TXN_OPS`] − [`NESTED_OPS`] leases.
+//! A batch names up to [`MAX_BATCH`] leases (fewer with a `max_txn_ops`
+//! below 69: [`batch_capacity`]); one whose keys and values add up to more
+//! than [`MAX_REQUEST_BYTES`] goes as several transactions, sent at once.
 //!
 //! What the store does **not** guarantee:
 //! * that etcd ends a lease at its TTL: it may end it up to a second and
 //!   a half later (rounding, sweep), much later under leader changes (the
 //!   observation rule then frees it within the TTL rounded up of the
 //!   contender's first look), and a lease given up while its session is
-//!   kept alive lasts until the store's sweep or a contender's
-//!   observation;
+//!   kept alive lasts until the holder's store sweeps it: up to the end
+//!   of the latest renewal it sent plus a round trip (plus
+//!   [`SWEEP_RETRY`](sweep::SWEEP_RETRY), 500 ms, per sweep etcd did not
+//!   answer), a TTL more where its last renewals failed with an unknown
+//!   outcome;
+//! * that the `state` of a lease that etcd ended tells when: an expired
+//!   lease's `expires_at` (`inspect`) is the end the sweep wrote, or else
+//!   that of its last write of `state` or of its acquisition, earlier than
+//!   etcd's end when its holder's batch renewals kept it (they write no key
+//!   per lease);
+//! * S1 when the store's session keys (`sess/`) are deleted by hand while
+//!   their holder renews: a contender that saw one absent may count a
+//!   renewal that wrote it again and was then deleted as none;
 //! * S1 on an etcd without the fix of bug #15247 when a leader is paused
 //!   (fencing tokens still order the holders), nor fencing tokens after a
 //!   snapshot restore without `--bump-revision`;
 //! * that etcd's lessor is the only clock: the observation rule counts
 //!   on the holder's and the contender's monotonic clocks running at
 //!   about the same rate (the holder's safety margin covers the drift);
-//! * distinct tokens within one batch acquisition: its leases share one
-//!   revision (each still larger than every earlier token of its work ID);
+//! * distinct tokens within one batch acquisition: the leases of one
+//!   transaction share one revision (each still larger than every earlier
+//!   token of its work ID);
 //! * that an acquisition whose reply was lost and whose call gave up is
-//!   freed at once: it stays until the observation rule or etcd frees it.
+//!   freed at once: it stays until its TTL has passed and the sweep ends
+//!   it (or etcd does); a copy of it that a hung member applies later
+//!   than that stays until etcd ends the session lease or a contender's
+//!   observation frees it, once the session stops.
 //!
 //! URL: `etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/][?prefix=P]`
 //! ([`EtcdConfig::from_url`]); the port defaults to 2379. A user name
@@ -278,25 +340,31 @@
 // The code by concern: the configuration (`config`) and its URL (`url`);
 // the key layout (`keys`) and what one read of a work ID's keys says
 // (`snapshot`); one client per member (`members`) and sending a request
-// with fail-over (`rpc`); the session leases and what the store remembers
-// of its acquisitions (`leases`), and their keep-alives (`keepalive`); the operations (`ops`: the `LeaseStore`
-// implementation, with read checkpoint and revoke; `acquire`: acquisition
-// of one or a batch; `batch`: renewal and release of one or a batch;
-// `renew`: checkpoint; `inspect`); the observation rule (`observe`); and
-// the watch for push hand-off (`watch`).
+// with fail-over (`rpc`); the session leases (`leases`) and their
+// keep-alives (`keepalive`); what the store remembers of its acquisitions
+// (`records`) and the sweep that ends those their holder gave up
+// (`sweep`); the operations (`ops`: the `LeaseStore` implementation, with
+// read checkpoint and revoke; `acquire`: acquisition of one or a batch;
+// `batch`: renewal of one or a batch; `release`: release of one or a
+// batch; `renew`: checkpoint; `inspect`); the observation rule
+// (`observe`); and the watch for push hand-off (`watch`).
 mod acquire;
 mod batch;
 mod config;
 mod inspect;
 mod keepalive;
 mod keys;
+mod layout;
 mod leases;
 mod members;
 mod observe;
 mod ops;
+mod records;
+mod release;
 mod renew;
 mod rpc;
 mod snapshot;
+mod sweep;
 mod url;
 mod watch;
 
@@ -305,10 +373,11 @@ pub use config::{
     MAX_PREFIX_BYTES,
 };
 pub use keys::EtcdKeys;
+pub use layout::{batch_capacity, MAX_BATCH, MAX_REQUEST_BYTES, RESERVED_OPS};
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::Client;
@@ -322,9 +391,10 @@ use crate::store::notify::Watchers;
 
 use keepalive::Keepers;
 use keys::LIVE;
-use leases::{Granted, Sessions};
+use leases::Sessions;
 use members::Members;
 use observe::Observations;
+use records::Records;
 use rpc::Budget;
 use snapshot::Free;
 use watch::Wakeups;
@@ -332,20 +402,12 @@ use watch::Wakeups;
 const KIND: &str = "etcd";
 
 /// etcd's default `--max-txn-ops`: the most operations (or compares) one
-/// branch of a transaction may hold. A batch is one transaction whose
-/// success branch holds one nested transaction per lease, and etcd gives
-/// a nested transaction what its parent leaves of the limit: a batch of
-/// `n` leases whose nested transactions hold up to [`NESTED_OPS`]
-/// operations per branch needs `n + NESTED_OPS <= max_txn_ops`. So
-/// [`LeaseStore::max_batch`](crate::LeaseStore::max_batch) is
-/// `max_txn_ops - NESTED_OPS`, 124 by default; a cluster run with another
-/// `--max-txn-ops` takes `max_txn_ops=N` in the store URL
-/// ([`EtcdConfig::max_txn_ops`]).
+/// branch of a transaction may hold. A batch is one transaction of one
+/// nested transaction per lease, flat or in groups (etcd gives a nested
+/// transaction what its parent leaves of the limit): see
+/// [`batch_capacity`]. A cluster run with another `--max-txn-ops` takes
+/// `max_txn_ops=N` in the store URL ([`EtcdConfig::max_txn_ops`]).
 pub const MAX_TXN_OPS: usize = 128;
-
-/// The most operations (compares, or requests of one branch) of the
-/// nested transaction a batch holds per lease.
-pub const NESTED_OPS: usize = 4;
 
 /// How often a transaction is tried again when another writer got between
 /// its read and its write.
@@ -367,17 +429,27 @@ fn millis(d: Duration) -> u64 {
 
 /// The etcd store. See the module docs for its keys, transactions and
 /// guarantees. Share one value per process (in an `Arc`): each value keeps
-/// its own clients (a connection to each member it used), and a watch once
-/// it has waiters.
+/// its own clients (a connection to each member it used), its session
+/// leases, a sweep task once it holds leases, and a watch once it has
+/// waiters.
 pub struct EtcdStore {
+    core: Arc<Core>,
+}
+
+/// What an [`EtcdStore`] is made of, shared with its background tasks
+/// (the sweep holds it weakly; the store's drop stops both tasks).
+struct Core {
+    /// Itself, for the tasks it starts.
+    me: Weak<Core>,
     config: EtcdConfig,
     members: Arc<Members>,
     /// The newest revision any reply showed (a lower bound of the
     /// cluster's current revision).
     seen: AtomicI64,
-    /// What this store knows of its acquisitions, by (work ID, token).
-    leases: Mutex<HashMap<(WorkId, u64), Granted>>,
-    /// The session leases, by holder and TTL in etcd seconds.
+    /// What this store knows of its acquisitions, by (work ID, token),
+    /// and of the acquisitions whose outcome it does not know.
+    records: Mutex<Records>,
+    /// The session leases this store granted.
     sessions: Mutex<Sessions>,
     /// The last keep-alive of each session lease.
     keepers: Mutex<Keepers>,
@@ -388,21 +460,25 @@ pub struct EtcdStore {
     wakeups: Arc<Wakeups>,
     /// Whether the watch task runs.
     watching: Mutex<bool>,
-    /// Stops the watch task when the store is dropped.
+    /// Whether the sweep task runs.
+    sweeping: AtomicBool,
+    /// When the sweep task wakes next, and how to wake it sooner.
+    sweep_wake: sweep::Wake,
+    /// Stops the watch and sweep tasks when the store is dropped.
     stop: CancellationToken,
 }
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("config", &self.config)
+            .field("config", &self.core.config)
             .finish()
     }
 }
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.core.stop.cancel();
     }
 }
 
@@ -411,12 +487,13 @@ impl EtcdStore {
     /// [`EtcdStore::ready`]) opens the client, inside the tokio runtime
     /// that runs it.
     pub fn new(config: EtcdConfig) -> Self {
-        Self {
+        let core = Arc::new_cyclic(|me| Core {
+            me: me.clone(),
             members: Arc::new(Members::new(&config)),
             config,
             seen: AtomicI64::new(0),
-            leases: Mutex::new(HashMap::new()),
-            sessions: Mutex::new(HashMap::new()),
+            records: Mutex::new(Records::default()),
+            sessions: Mutex::new(Sessions::default()),
             keepers: Mutex::new(HashMap::new()),
             free: Mutex::new(HashMap::new()),
             observed: Mutex::new(HashMap::new()),
@@ -425,8 +502,11 @@ impl EtcdStore {
                 all: tokio::sync::watch::channel(0).0,
             }),
             watching: Mutex::new(false),
+            sweeping: AtomicBool::new(false),
+            sweep_wake: sweep::Wake::default(),
             stop: CancellationToken::new(),
-        }
+        });
+        Self { core }
     }
 
     /// A store for an `etcd://` URL ([`EtcdConfig::from_url`]), connecting
@@ -453,34 +533,37 @@ impl EtcdStore {
     /// # Errors
     /// A [`StoreError`] when no member answers, or authentication fails.
     pub async fn ready(&self) -> Result<()> {
-        let key = format!("{}{LIVE}", self.config.prefix);
+        let key = format!("{}{LIVE}", self.core.config.prefix);
         let resp = self
+            .core
             .rpc(
                 "read from the cluster",
-                Budget::plain(&self.config),
+                Budget::plain(&self.core.config),
                 |mut c| {
                     let key = key.clone();
                     async move { c.get(key, None).await }
                 },
             )
             .await?;
-        self.saw(resp.header());
+        self.core.saw(resp.header());
         Ok(())
     }
 
     /// The configuration.
     pub fn config(&self) -> &EtcdConfig {
-        &self.config
-    }
-
-    /// The most leases one batch call names.
-    fn max_batch_len(&self) -> usize {
-        self.config.max_txn_ops.saturating_sub(NESTED_OPS).max(1)
+        &self.core.config
     }
 
     /// The keys of `work_id` (for operators and tests).
     pub fn keys(&self, work_id: &WorkId) -> EtcdKeys {
-        EtcdKeys::new(&self.config.prefix, work_id)
+        self.core.keys(work_id)
+    }
+
+    /// The session key of the etcd lease `lease` (for operators and
+    /// tests): its mod revision moves at every batch renewal of that
+    /// session (see the module docs).
+    pub fn session_key(&self, lease: i64) -> String {
+        keys::session_key(&self.core.config.prefix, lease)
     }
 
     /// A client of the member the store sends its requests to now
@@ -490,11 +573,19 @@ impl EtcdStore {
     /// # Errors
     /// As [`EtcdStore::ready`].
     pub async fn client(&self) -> Result<Client> {
-        self.rpc(
-            "connect",
-            Budget::plain(&self.config),
-            |c| async move { Ok(c) },
-        )
-        .await
+        self.core
+            .rpc(
+                "connect",
+                Budget::plain(&self.core.config),
+                |c| async move { Ok(c) },
+            )
+            .await
+    }
+}
+
+impl Core {
+    /// The keys of `work_id`.
+    fn keys(&self, work_id: &WorkId) -> EtcdKeys {
+        EtcdKeys::new(&self.config.prefix, work_id)
     }
 }

@@ -32,7 +32,8 @@ impl LeaseStore for EtcdStore {
         holder_id: &HolderId,
         ttl: Duration,
     ) -> Result<Grant> {
-        self.acquire_batch(std::slice::from_ref(work_id), holder_id, ttl, 1)
+        self.core
+            .acquire_batch(std::slice::from_ref(work_id), holder_id, ttl, 1)
             .await?
             .pop()
             .unwrap_or_else(|| {
@@ -41,7 +42,8 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        self.renew_batch(&[lease], ttl)
+        self.core
+            .renew_batch(&[lease], ttl)
             .await?
             .pop()
             .unwrap_or_else(|| Err(StoreError::new(KIND, "a renewal without an outcome").into()))
@@ -53,12 +55,17 @@ impl LeaseStore for EtcdStore {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        self.extend(lease, ttl, Some(data)).await
+        self.core.extend(lease, ttl, Some(data)).await
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
         let snap = self
-            .snapshot(&self.keys(lease.work_id), true, self.budget_of(lease))
+            .core
+            .snapshot(
+                &self.core.keys(lease.work_id),
+                true,
+                self.core.budget_of(lease),
+            )
             .await?;
         snap.check(lease)?;
         Ok(Checkpoint {
@@ -70,21 +77,25 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        self.release_batch(&[lease])
+        self.core
+            .release_batch(&[lease])
             .await?
             .pop()
             .unwrap_or_else(|| Err(StoreError::new(KIND, "a release without an outcome").into()))
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
-        crate::store::inspect_each(work_ids, self.list_work_ids(), |id| self.inspect_one(id)).await
+        crate::store::inspect_each(work_ids, self.core.list_work_ids(), |id| {
+            self.core.inspect_one(id)
+        })
+        .await
     }
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
-        let keys = self.keys(work_id);
-        let budget = Budget::plain(&self.config);
+        let keys = self.core.keys(work_id);
+        let budget = Budget::plain(&self.core.config);
         for _ in 0..RACE_RETRIES {
-            let snap = self.snapshot(&keys, true, budget).await?;
+            let snap = self.core.snapshot(&keys, true, budget).await?;
             let Some(token) = snap.token() else {
                 return Ok(None);
             };
@@ -95,7 +106,7 @@ impl LeaseStore for EtcdStore {
             let before = lease_info(
                 work_id.clone(),
                 &snap,
-                self.time_left(live.lease(), budget).await,
+                self.core.time_left(live.lease(), budget).await,
             );
             let state = State {
                 token,
@@ -114,10 +125,10 @@ impl LeaseStore for EtcdStore {
                     TxnOp::delete(keys.live.as_str(), None),
                     TxnOp::put(keys.state.as_str(), to_json(&state), None),
                 ]);
-            if self.txn(txn, "revoke", budget).await?.succeeded() {
+            if self.core.txn(txn, "revoke", budget).await?.succeeded() {
                 // The etcd lease stays: it is the holder's session lease,
                 // which its other keys share.
-                self.forget(work_id, token);
+                self.core.forget(work_id, token);
                 return Ok(before);
             }
         }
@@ -130,10 +141,10 @@ impl LeaseStore for EtcdStore {
         .into())
     }
 
-    /// `max_txn_ops` (the URL's, default [`super::MAX_TXN_OPS`]) less
-    /// [`super::NESTED_OPS`]: 124 by default.
+    /// [`super::batch_capacity`] of `max_txn_ops` (the URL's, default
+    /// [`super::MAX_TXN_OPS`]): [`super::MAX_BATCH`] (1,000) by default.
     fn max_batch(&self) -> usize {
-        self.max_batch_len()
+        self.core.max_batch_len()
     }
 
     async fn renew_many(
@@ -142,8 +153,8 @@ impl LeaseStore for EtcdStore {
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
         let mut out = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(self.max_batch_len()) {
-            out.extend(self.renew_batch(chunk, ttl).await?);
+        for chunk in leases.chunks(self.core.max_batch_len()) {
+            out.extend(self.core.renew_batch(chunk, ttl).await?);
         }
         Ok(out)
     }
@@ -158,13 +169,13 @@ impl LeaseStore for EtcdStore {
         if work_ids.is_empty() || max == 0 {
             return Ok(Vec::new());
         }
-        self.acquire_batch(work_ids, holder_id, ttl, max).await
+        self.core.acquire_batch(work_ids, holder_id, ttl, max).await
     }
 
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
         let mut out = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(self.max_batch_len()) {
-            out.extend(self.release_batch(chunk).await?);
+        for chunk in leases.chunks(self.core.max_batch_len()) {
+            out.extend(self.core.release_batch(chunk).await?);
         }
         Ok(out)
     }
@@ -176,15 +187,15 @@ impl LeaseStore for EtcdStore {
     /// later. Before the store has seen any revision, the future is ready
     /// at once (one spurious wake-up: the waiter's next attempt reads).
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
-        let one = self.wakeups.watchers.watch(work_id)?;
-        let seen = self.seen.load(Ordering::Relaxed);
+        let one = self.core.wakeups.watchers.watch(work_id)?;
+        let seen = self.core.seen.load(Ordering::Relaxed);
         if seen == 0 {
             return Some(Box::pin(std::future::ready(())));
         }
-        if !self.start_watching(seen + 1) {
+        if !self.core.start_watching(seen + 1) {
             return None;
         }
-        let mut all = self.wakeups.all.subscribe();
+        let mut all = self.core.wakeups.all.subscribe();
         Some(Box::pin(async move {
             tokio::select! {
                 () = one => {}

@@ -1,7 +1,7 @@
-//! Checkpoint (and the renewal of a lease whose `live` key another handle
-//! of the holder moved to another etcd lease): one transaction after the
-//! etcd lease's keep-alive. Renewals of one lease or of a batch are in
-//! `batch.rs`.
+//! Checkpoint (and the renewal of a lease whose `live` key another process
+//! moved or wrote meanwhile): one transaction after the etcd lease's
+//! keep-alive, writing `state` (the per-lease revision contenders and the
+//! sweep see). Renewals of one lease or of a batch are in `batch.rs`.
 
 use std::time::{Duration, SystemTime};
 
@@ -9,16 +9,18 @@ use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, PutOptions, ResponseHeader, Txn, TxnOp};
 use tokio::time::Instant;
 
-use crate::error::{Error, Result, StoreError};
+use crate::error::{Result, StoreError};
 use crate::store::record::Phase;
 use crate::store::LeaseRef;
 
-use super::leases::{ttl_secs, Granted};
+use super::batch::expired;
+use super::leases::ttl_secs;
+use super::records::{end_of, extend_until, Claim, Granted};
 use super::rpc::Budget;
 use super::snapshot::{snapshot_ops, to_json, State};
-use super::{millis, now_ms, EtcdStore, KIND, RACE_RETRIES};
+use super::{millis, now_ms, Core, KIND, RACE_RETRIES};
 
-impl EtcdStore {
+impl Core {
     /// Extends `lease` to `ttl` from now (and stores `checkpoint`, if
     /// any), in one transaction after the etcd lease's renewal. The
     /// transaction compares the token, the holder, the etcd lease and the
@@ -34,9 +36,39 @@ impl EtcdStore {
         let keys = self.keys(lease.work_id);
         let want = ttl_secs(ttl);
         let budget = Budget::lease(&self.config, ttl);
-        let mut known = self.remembered(lease.work_id, lease.fencing_token);
+        let start = Instant::now();
+        let until = end_of(start, ttl);
+        // The record, moved on to this renewal's end; or, given up, taken
+        // out of the records (see `sweep.rs`).
+        let (mut known, given_up) = self
+            .records
+            .lock()
+            .ok()
+            .map(|mut r| match r.claim(lease, start, until) {
+                Claim::Known(g) => (Some(g.clone()), None),
+                Claim::GivenUp(g) => (None, Some(g)),
+                Claim::Unknown => (None, None),
+            })
+            .unwrap_or((None, None));
+        if let Some(g) = given_up {
+            let gone = vec![(lease.work_id.clone(), lease.fencing_token, g)];
+            let ended = match self.end_given_up(&gone, budget).await {
+                Ok(ended) => ended,
+                Err(e) => {
+                    self.restore(gone);
+                    return Err(e);
+                }
+            };
+            if let Some(snap) = ended.into_iter().next().flatten() {
+                // Written meanwhile by another process: renewed, if it is
+                // still this holder's (read again below).
+                snap.check(lease)?;
+            } else {
+                return Err(expired(lease));
+            }
+        }
         for _ in 0..RACE_RETRIES {
-            let current = match known {
+            let current = match known.take() {
                 Some(g) => g,
                 None => {
                     // Another process's acquisition, one this store forgot,
@@ -47,9 +79,11 @@ impl EtcdStore {
                     Granted {
                         id: live.lease(),
                         ttl_s: snap.granted(),
-                        ttl,
-                        renewed: Instant::now(),
+                        until,
+                        live_rev: live.mod_revision(),
                         state_rev: snap.state_rev(),
+                        holder: lease.holder_id.clone(),
+                        own: false,
                     }
                 }
             };
@@ -65,19 +99,12 @@ impl EtcdStore {
                     self.forget(lease.work_id, lease.fencing_token);
                     let snap = self.snapshot(&keys, false, budget).await?;
                     if snap.check(lease)?.lease() == current.id {
-                        return Err(Error::Expired {
-                            work_id: lease.work_id.to_string(),
-                            fencing_token: lease.fencing_token,
-                        });
+                        return Err(expired(lease));
                     }
                     known = None;
                     continue;
                 }
-                Granted {
-                    renewed: sent,
-                    ttl,
-                    ..current
-                }
+                current.clone()
             } else {
                 let (s, stale) = self.session_for(lease.holder_id, ttl, sent, budget).await?;
                 if stale && !self.keep_alive_after(s.id, sent, budget).await? {
@@ -87,9 +114,7 @@ impl EtcdStore {
                 Granted {
                     id: s.id,
                     ttl_s: s.ttl_s,
-                    ttl,
-                    renewed: sent,
-                    state_rev: current.state_rev,
+                    ..current.clone()
                 }
             };
             let moved = attached.id != current.id;
@@ -135,18 +160,18 @@ impl EtcdStore {
             };
             let resp = self.txn(txn, what, budget).await?;
             if resp.succeeded() {
-                let state_rev = resp.header().map_or(0, ResponseHeader::revision);
-                self.remember(
-                    lease.work_id,
-                    lease.fencing_token,
-                    Granted {
-                        state_rev,
-                        ..attached
-                    },
-                );
+                let rev = resp.header().map_or(0, ResponseHeader::revision);
+                let mut g = Granted {
+                    live_rev: if moved { rev } else { current.live_rev },
+                    state_rev: rev,
+                    own: self.is_session(attached.id),
+                    ..attached
+                };
+                extend_until(&mut g.until, until);
+                self.remember(lease.work_id, lease.fencing_token, g);
                 return Ok(SystemTime::now() + ttl);
             }
-            let snap = Self::failure_snapshot(&resp)?;
+            let snap = Core::failure_snapshot(&resp)?;
             if let Err(e) = snap.check(lease) {
                 self.forget(lease.work_id, lease.fencing_token);
                 return Err(e);

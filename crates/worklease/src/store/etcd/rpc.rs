@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::error::{Error, Result, StoreError};
 use crate::store::url_parts::redact;
 
-use super::{EtcdConfig, EtcdStore, KIND};
+use super::{Core, EtcdConfig, KIND};
 
 /// The share of a lease's TTL one request to one member may take before
 /// the store sends it to the next member: TTL/5 (see `Budget::lease`).
@@ -164,7 +164,7 @@ impl Budget {
     }
 }
 
-impl EtcdStore {
+impl Core {
     fn unreachable(&self, e: etcd_client::Error) -> Error {
         store_err(
             format!(
@@ -247,9 +247,21 @@ impl EtcdStore {
     }
 
     pub(super) async fn txn(&self, txn: Txn, what: &str, budget: Budget) -> Result<TxnResponse> {
+        self.txn_with(|| txn.clone(), what, budget).await
+    }
+
+    /// A transaction that `build` makes afresh for each try (`rpc` may
+    /// send it to several members), so that the first try, usually the
+    /// only one, sends it without a copy.
+    pub(super) async fn txn_with(
+        &self,
+        build: impl Fn() -> Txn,
+        what: &str,
+        budget: Budget,
+    ) -> Result<TxnResponse> {
         let resp = self
             .rpc(what, budget, |mut c| {
-                let txn = txn.clone();
+                let txn = build();
                 async move { c.txn(txn).await }
             })
             .await?;

@@ -8,12 +8,14 @@ use etcd_client::{KeyValue, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, StoreError};
+use crate::limits::WorkId;
 use crate::store::record::{self, Phase};
 use crate::store::{LeaseEnd, LeaseRef, PreviousHolder};
 
+use super::layout::{Part, OP_BYTES};
 use super::leases::{secs, ttl_secs};
 use super::rpc::Budget;
-use super::{EtcdKeys, EtcdStore, KIND};
+use super::{Core, EtcdKeys, KIND};
 
 /// How an acquisition's predecessor ended, as `acq` keeps it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -271,7 +273,31 @@ pub(super) fn snapshot_ops(keys: &EtcdKeys, with_checkpoint: bool) -> Vec<TxnOp>
     ops
 }
 
-impl EtcdStore {
+impl Core {
+    /// Reads the keys of each of `work_ids` in one batch (a nested
+    /// transaction of gets per work ID, laid out by `layout.rs`).
+    pub(super) async fn read_batch(
+        &self,
+        work_ids: &[&WorkId],
+        budget: Budget,
+    ) -> Result<Vec<Snapshot>> {
+        let parts: Vec<Part> = work_ids
+            .iter()
+            .map(|w| {
+                let keys = self.keys(w);
+                Part {
+                    bytes: 3 * (keys.live.len() + OP_BYTES),
+                    op: TxnOp::txn(Txn::new().and_then(snapshot_ops(&keys, false))),
+                }
+            })
+            .collect();
+        self.send_batch(parts, |_| Vec::new(), "read leases", budget)
+            .await?
+            .into_iter()
+            .map(|r| Snapshot::from_responses(r.txn.op_responses()))
+            .collect()
+    }
+
     /// Reads the keys of one work ID in one (linearizable) transaction.
     pub(super) async fn snapshot(
         &self,

@@ -177,13 +177,13 @@ impl EtcdConfig {
             Some(n) => n
                 .parse::<usize>()
                 .ok()
-                .filter(|n| *n > super::NESTED_OPS)
+                .filter(|n| *n > super::RESERVED_OPS)
                 .ok_or_else(|| {
                     url_error(
                         url,
                         format!(
                             "max_txn_ops={n:?}: etcd's --max-txn-ops, a whole number of at least {}",
-                            super::NESTED_OPS + 1
+                            super::RESERVED_OPS + 1
                         ),
                     )
                 })?,

@@ -11,7 +11,7 @@ use crate::store::notify::Watchers;
 
 use super::keys::{work_id_of, LIVE};
 use super::members::Members;
-use super::EtcdStore;
+use super::Core;
 
 /// The first wait before watching again after a broken watch; it doubles
 /// up to [`REWATCH_MAX`].
@@ -26,7 +26,7 @@ pub(super) struct Wakeups {
     pub(super) all: watch::Sender<u64>,
 }
 
-impl EtcdStore {
+impl Core {
     /// Starts the watch task if it is not running; false where it cannot
     /// run (no client yet, no tokio runtime here, a poisoned lock).
     pub(super) fn start_watching(&self, from: i64) -> bool {
