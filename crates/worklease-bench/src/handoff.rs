@@ -30,7 +30,7 @@ use crate::{Plan, Result};
 
 /// One participant: takes the lock (waiting) and gives it back.
 #[async_trait]
-trait Contender: Send + 'static {
+pub(crate) trait Contender: Send + 'static {
     async fn take(&mut self) -> Result<()>;
     async fn give(&mut self) -> Result<()>;
 }
@@ -132,17 +132,7 @@ pub async fn handoff(
             let options = AcquireOptions::new()
                 .wait_for_lease()
                 .poll_interval(plan.handoff_poll);
-            for n in 0..=waiters {
-                contenders.push(Box::new(Ours {
-                    leases: Leases::new(
-                        store.clone(),
-                        Config::new(format!("handoff-{n}"), plan.ttl),
-                    )?,
-                    work: work.clone(),
-                    options: options.clone(),
-                    token: None,
-                }));
-            }
+            contenders = ours(&store, plan, waiters, &work, &options)?;
             match mode {
                 HandoffMode::Push if !has_watch => format!(
                     "acquire with wait_for_lease; the store has no notifications, so waiters poll every {:?} (+ up to 10% jitter)",
@@ -172,24 +162,73 @@ pub async fn handoff(
         }
     };
     let outcome = run(contenders, plan).await?;
-    Ok(Some(HandoffRow {
-        store: opened.store.kind().to_string(),
+    Ok(Some(outcome.row(
+        opened,
         waiters,
         mode,
         what,
         notified,
-        across_processes: false,
         round_trip_us,
-        errors: outcome.errors,
-        first_error: outcome.first_error,
-        latency: Latency::of(&outcome.hist),
-    }))
+    )))
 }
 
-struct Outcome {
-    hist: Histogram<u64>,
-    errors: u64,
-    first_error: Option<String>,
+/// `waiters` + 1 participants of ours sharing `store`, each with a holder
+/// handle of its own, taking turns on `work` with `options`.
+pub(crate) fn ours(
+    store: &Arc<dyn LeaseStore>,
+    plan: &Plan,
+    waiters: usize,
+    work: &str,
+    options: &AcquireOptions,
+) -> Result<Vec<Box<dyn Contender>>> {
+    let mut contenders: Vec<Box<dyn Contender>> = Vec::with_capacity(waiters + 1);
+    for n in 0..=waiters {
+        contenders.push(Box::new(Ours {
+            leases: Leases::new(store.clone(), Config::new(format!("handoff-{n}"), plan.ttl))?,
+            work: work.to_string(),
+            options: options.clone(),
+            token: None,
+        }));
+    }
+    Ok(contenders)
+}
+
+/// What the hand-offs of one configuration added up to.
+pub(crate) struct Outcome {
+    /// From the start of each release to the next holder's acquire
+    /// returning, µs.
+    pub hist: Histogram<u64>,
+    /// Failed takes and gives.
+    pub errors: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
+}
+
+impl Outcome {
+    /// The row of these hand-offs among `waiters` + 1 participants in this
+    /// process, on `opened`'s store.
+    pub fn row(
+        self,
+        opened: &Opened,
+        waiters: usize,
+        mode: HandoffMode,
+        what: String,
+        notified: bool,
+        round_trip_us: u64,
+    ) -> HandoffRow {
+        HandoffRow {
+            store: opened.store.kind().to_string(),
+            waiters,
+            mode,
+            what,
+            notified,
+            across_processes: false,
+            round_trip_us,
+            errors: self.errors,
+            first_error: self.first_error,
+            latency: Latency::of(&self.hist),
+        }
+    }
 }
 
 /// What the participants share.
@@ -218,7 +257,9 @@ impl Shared {
     }
 }
 
-async fn run(mut contenders: Vec<Box<dyn Contender>>, plan: &Plan) -> Result<Outcome> {
+/// Runs the hand-off loop among `contenders` (the first holds first) until
+/// the plan's number of hand-offs or its time limit.
+pub(crate) async fn run(mut contenders: Vec<Box<dyn Contender>>, plan: &Plan) -> Result<Outcome> {
     // The first participant holds the lease before the others start.
     contenders[0].take().await?;
     let shared = Arc::new(Shared {

@@ -4,38 +4,48 @@
 //!
 //! ```sh
 //! cargo run --release -p worklease-bench              # everything: BENCHMARKS.md, docs/benchmarks/
-//! cargo run --release -p worklease-bench -- --quick   # a smoke run in under a minute (target/worklease-bench-quick/)
+//! cargo run --release -p worklease-bench -- --quick   # a smoke run of a minute or two (target/worklease-bench-quick/)
 //! cargo run --release -p worklease-bench -- report docs/benchmarks/run.json   # the report again from a run's JSON
 //! ```
 //!
-//! Scenarios ([`ops`], [`handoff`], [`failover`], [`scale`]) run on every
-//! store of [`stores::table`] this build has and whose server answers;
-//! each writes rows of [`results::Run`], the JSON that [`report`] and
-//! [`plot`] turn into BENCHMARKS.md and its PNG plots.
+//! Scenarios ([`ops`], [`handoff`], [`failover`], [`scale`],
+//! [`semaphore`], [`fair_handoff`], [`pool`]; run by [`scenarios`]) run on
+//! every store of [`stores::table`] this build has and whose server
+//! answers (the pool scenario on SQLite only, with the `worklease` binary
+//! beside this one: `cargo build --release -p worklease-cli -p
+//! worklease-bench` builds both); each writes rows of [`results::Run`],
+//! the JSON that [`report`] and [`plot`] turn into BENCHMARKS.md and its
+//! PNG plots.
 
 mod calls;
 mod failover;
+mod fair_handoff;
 mod handoff;
 mod handoff_processes;
 mod measure;
 mod ops;
+mod plan;
 mod plot;
+mod pool;
+mod procs;
 mod report;
 mod results;
 mod scale;
+mod scenarios;
+mod semaphore;
 mod stores;
+mod strict;
 mod sys;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use worklease::store::ExpiryClock;
 
-use crate::measure::Timing;
-use crate::ops::WorkSet;
-use crate::results::{HandoffMode, HandoffRow, OpRow, PlanInfo, Run, Skipped, StoreInfo};
-use crate::stores::{Bench, Settings};
+pub use crate::plan::Plan;
+use crate::results::{Run, Skipped};
+use crate::scenarios::{run_store, Scenario};
+use crate::stores::Settings;
 
 /// Errors of the benchmark program: anything, with its message.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -67,7 +77,7 @@ struct Cli {
 
 #[derive(Args)]
 struct RunArgs {
-    /// A smoke run in under a minute: every scenario at tiny sizes. It must
+    /// A smoke run of a minute or two: every scenario at tiny sizes. It must
     /// run; its figures mean little. Writes under target/worklease-bench-quick
     /// unless --out / --markdown say otherwise.
     #[arg(long)]
@@ -76,7 +86,8 @@ struct RunArgs {
     /// postgres, redis, etcd, s3.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
-    /// Scenarios to run, comma-separated [default: all].
+    /// Scenarios to run, comma-separated [default: all]. `pool` runs on
+    /// SQLite only and needs the `worklease` binary beside this program.
     #[arg(long, value_delimiter = ',', value_enum)]
     scenarios: Vec<Scenario>,
     /// Directory for run.json and the plots [default: docs/benchmarks;
@@ -106,8 +117,8 @@ struct RunArgs {
     /// of this run are deleted at the end.
     #[arg(long)]
     s3_url: Option<String>,
-    /// Seconds per figure of cycle, renew and checkpoint (overrides the
-    /// plan's: 3 s, or 0.1 s with --quick).
+    /// Seconds per figure of cycle, renew, checkpoint and semaphore
+    /// (overrides the plan's: 3 s, or 0.1 s with --quick).
     #[arg(long)]
     seconds: Option<f64>,
     /// Exit with a failure (after writing the report) when a store this
@@ -180,149 +191,6 @@ enum Command {
         #[arg(long, default_value_t = 120)]
         max_secs: u64,
     },
-}
-
-/// The scenarios.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Scenario {
-    Cycle,
-    Renew,
-    Checkpoint,
-    Handoff,
-    Failover,
-    Scale,
-}
-
-/// What a run measures, and for how long.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Slices and their length, for cycle, renew and checkpoint.
-    pub timing: Timing,
-    /// Concurrent clients of cycle.
-    pub cycle_clients: Vec<usize>,
-    /// The fixed set of work IDs that cycle also goes over again and again.
-    pub cycle_reused_ids: usize,
-    /// Concurrent clients of renew and checkpoint.
-    pub op_clients: Vec<usize>,
-    /// Checkpoint sizes, bytes.
-    pub checkpoint_sizes: Vec<usize>,
-    /// TTL of the leases of cycle, renew, checkpoint and hand-off (and of
-    /// the peers' locks).
-    pub ttl: Duration,
-    /// Waiters of hand-off.
-    pub handoff_waiters: Vec<usize>,
-    /// Hand-offs per configuration (at most).
-    pub handoffs: usize,
-    /// Longest time of one hand-off configuration.
-    pub handoff_limit: Duration,
-    /// How long a new holder keeps the lease.
-    pub handoff_hold: Duration,
-    /// Waiters' poll interval.
-    pub handoff_poll: Duration,
-    /// Failover trials per store.
-    pub failover_trials: usize,
-    /// Failover lease TTL.
-    pub failover_ttl: Duration,
-    /// Failover waiter's poll interval.
-    pub failover_poll: Duration,
-    /// Leases held at once in scale.
-    pub scale_sizes: Vec<usize>,
-    /// Leases held at once in scale on a register store (S3), whose
-    /// renewals are two requests each with no batch: far fewer.
-    pub scale_register_sizes: Vec<usize>,
-    /// Scale lease TTL.
-    pub scale_ttl: Duration,
-    /// Scale measuring window.
-    pub scale_window: Duration,
-    /// Longest time to acquire the leases of scale.
-    pub scale_acquire_limit: Duration,
-    /// Work IDs per `acquire_many` call in scale (at most).
-    pub scale_acquire_batch: usize,
-    /// `acquire_many` calls in flight at once in scale.
-    pub scale_acquire_in_flight: usize,
-}
-
-impl Plan {
-    fn new(quick: bool, seconds: Option<f64>) -> Self {
-        let mut plan = if quick {
-            Plan {
-                timing: Timing {
-                    slices: 1,
-                    slice: Duration::from_millis(100),
-                    warm_up: Duration::from_millis(20),
-                },
-                cycle_clients: vec![1, 4],
-                cycle_reused_ids: 16,
-                op_clients: vec![1],
-                checkpoint_sizes: vec![1024, 64 * 1024],
-                ttl: Duration::from_secs(10),
-                handoff_waiters: vec![1, 4],
-                handoffs: 3,
-                handoff_limit: Duration::from_secs(5),
-                handoff_hold: Duration::from_millis(10),
-                handoff_poll: Duration::from_millis(100),
-                failover_trials: 1,
-                failover_ttl: Duration::from_secs(1),
-                failover_poll: Duration::from_millis(100),
-                scale_sizes: vec![200],
-                scale_register_sizes: vec![20],
-                scale_ttl: Duration::from_secs(3),
-                scale_window: Duration::from_secs(1),
-                scale_acquire_limit: Duration::from_secs(5),
-                scale_acquire_batch: 1000,
-                scale_acquire_in_flight: 4,
-            }
-        } else {
-            Plan {
-                timing: Timing {
-                    slices: 3,
-                    slice: Duration::from_secs(1),
-                    warm_up: Duration::from_millis(200),
-                },
-                cycle_clients: vec![1, 4, 16, 64],
-                cycle_reused_ids: 1000,
-                op_clients: vec![1, 16],
-                checkpoint_sizes: vec![1024, 64 * 1024],
-                ttl: Duration::from_secs(10),
-                handoff_waiters: vec![1, 16, 64],
-                handoffs: 100,
-                handoff_limit: Duration::from_secs(20),
-                handoff_hold: Duration::from_millis(20),
-                handoff_poll: Duration::from_millis(100),
-                failover_trials: 5,
-                failover_ttl: Duration::from_secs(2),
-                failover_poll: Duration::from_millis(250),
-                scale_sizes: vec![1_000, 10_000, 100_000],
-                scale_register_sizes: vec![1_000],
-                scale_ttl: Duration::from_secs(10),
-                scale_window: Duration::from_secs(60),
-                scale_acquire_limit: Duration::from_secs(60),
-                scale_acquire_batch: 1000,
-                scale_acquire_in_flight: 4,
-            }
-        };
-        if let Some(s) = seconds.filter(|s| *s > 0.0) {
-            plan.timing.slice = Duration::from_secs_f64(s / f64::from(plan.timing.slices));
-        }
-        plan
-    }
-
-    fn info(&self) -> PlanInfo {
-        PlanInfo {
-            seconds_per_figure: self.timing.slice.as_secs_f64() * f64::from(self.timing.slices),
-            slices: self.timing.slices,
-            ttl_ms: self.ttl.as_millis() as u64,
-            cycle_reused_ids: self.cycle_reused_ids,
-            handoffs: self.handoffs,
-            handoff_hold_ms: self.handoff_hold.as_millis() as u64,
-            handoff_poll_ms: self.handoff_poll.as_millis() as u64,
-            failover_trials: self.failover_trials,
-            scale_window_secs: self.scale_window.as_secs_f64(),
-            scale_acquire_limit_secs: self.scale_acquire_limit.as_secs_f64(),
-            scale_acquire_batch: self.scale_acquire_batch,
-            scale_acquire_in_flight: self.scale_acquire_in_flight,
-        }
-    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -525,6 +393,9 @@ async fn run(args: RunArgs) -> Result<()> {
         handoff: Vec::new(),
         failover: Vec::new(),
         scale: Vec::new(),
+        semaphore: Vec::new(),
+        fair_handoff: Vec::new(),
+        pool: Vec::new(),
     };
     eprintln!(
         "worklease-bench: run {} ({} cores, load average {:?})",
@@ -574,87 +445,12 @@ async fn run(args: RunArgs) -> Result<()> {
     eprintln!("wrote {}", json.display());
     write_report(&run, &out, &markdown)?;
     if args.strict {
-        let problems = problems(&run);
+        let problems = strict::problems(&run);
         if !problems.is_empty() {
             return Err(format!("--strict: {}", problems.join("; ")).into());
         }
     }
     Ok(())
-}
-
-/// What went wrong in a run, for `--strict`: stores of this build left
-/// out, failed scenarios, failed operations of cycle, renew and checkpoint,
-/// failed failover trials, scale runs that acquired nothing or counted no
-/// store call while renewing. (Failed calls of waiters in hand-off are the
-/// store's answers under contention: reported, not fatal.)
-fn problems(run: &Run) -> Vec<String> {
-    let built: Vec<&str> = stores::table()
-        .iter()
-        .filter(|e| e.connect.is_ok())
-        .map(|e| e.name)
-        .collect();
-    let mut v: Vec<String> = run
-        .skipped
-        .iter()
-        .filter(|s| s.scenario.is_some() || built.contains(&s.store.as_str()))
-        .map(|s| {
-            format!(
-                "{}{}: {}",
-                s.store,
-                s.scenario
-                    .as_deref()
-                    .map(|x| format!(" {x}"))
-                    .unwrap_or_default(),
-                s.reason
-            )
-        })
-        .collect();
-    for r in run
-        .cycle
-        .iter()
-        .chain(&run.cycle_reused)
-        .chain(&run.renew)
-        .chain(&run.checkpoint)
-    {
-        if r.errors > 0 {
-            v.push(format!(
-                "{} {} at {} clients: {} failed operations ({})",
-                r.store,
-                r.variant.as_str(),
-                r.clients,
-                r.errors,
-                r.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-    }
-    for f in &run.failover {
-        if f.errors > 0 {
-            v.push(format!(
-                "{} failover: {} failed trials ({})",
-                f.store,
-                f.errors,
-                f.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-    }
-    // The store calls are counted by the scale process's recorder from
-    // the library's metrics: none counted while renewals went on means the
-    // count is broken, and so are the figures made of it.
-    for s in &run.scale {
-        if s.acquired == 0 {
-            v.push(format!(
-                "{} scale at {} leases: none acquired",
-                s.store, s.leases
-            ));
-        }
-        if s.renewals_ok > 0 && s.renew_calls.unwrap_or(0) == 0 {
-            v.push(format!(
-                "{} scale at {} leases: {} renewals but no renew_many store call counted",
-                s.store, s.leases, s.renewals_ok
-            ));
-        }
-    }
-    v
 }
 
 /// Writes the plots into `out` and the Markdown report to `markdown`.
@@ -688,178 +484,4 @@ fn relative(from: &Path, path: &Path) -> String {
         .unwrap_or(path)
         .to_string_lossy()
         .replace('\\', "/")
-}
-
-/// A progress line for the rows of one figure.
-fn progress(scenario: &str, rows: &[OpRow]) {
-    let Some(first) = rows.first() else {
-        return;
-    };
-    let size = first.bytes.map(|b| format!(" {b} B")).unwrap_or_default();
-    let parts: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            let errors = if r.errors > 0 {
-                format!(
-                    " ({} errors: {})",
-                    r.errors,
-                    r.first_error.as_deref().unwrap_or("")
-                )
-            } else {
-                String::new()
-            };
-            format!(
-                "{} {:.0}/s p99 {:.2} ms{errors}",
-                r.variant.as_str(),
-                r.ops_per_sec,
-                r.latency.p99_us as f64 / 1000.0
-            )
-        })
-        .collect();
-    eprintln!(
-        "  {scenario}{size} {} client(s): {}",
-        first.clients,
-        parts.join(" | ")
-    );
-}
-
-/// A progress line for one hand-off row.
-fn handoff_progress(row: &HandoffRow) {
-    eprintln!(
-        "  handoff {} waiter(s) {}{}: p50 {:.2} ms p99 {:.2} ms ({} samples, round trip {:.3} ms){}",
-        row.waiters,
-        row.mode.as_str(),
-        if row.across_processes {
-            " (other processes)"
-        } else {
-            ""
-        },
-        row.latency.p50_us as f64 / 1000.0,
-        row.latency.p99_us as f64 / 1000.0,
-        row.latency.count,
-        row.round_trip_us as f64 / 1000.0,
-        errors_note(row.errors, row.first_error.as_deref())
-    );
-}
-
-/// `, N errors: FIRST` for a progress line, or nothing without errors.
-fn errors_note(errors: u64, first: Option<&str>) -> String {
-    if errors > 0 {
-        format!(", {errors} errors: {}", first.unwrap_or(""))
-    } else {
-        String::new()
-    }
-}
-
-/// Runs the scenarios on one store, each on a namespace of its own. A
-/// scenario that fails is recorded as skipped, with its error, and the
-/// next one runs.
-async fn run_store(
-    bench: &dyn Bench,
-    plan: &Plan,
-    scenarios: &[Scenario],
-    run: &mut Run,
-) -> Result<()> {
-    let name = bench.name();
-    {
-        let probe = bench.open("probe").await?;
-        run.stores.push(StoreInfo {
-            name: name.to_string(),
-            url: bench.shown_url(),
-            server: bench.server().await,
-            baseline: probe.baseline.describe(),
-            peer: probe.peer.as_ref().map(|p| p.describe()),
-            register: probe.store.expiry_clock() == ExpiryClock::Observation,
-        });
-    }
-    let register = run.stores.last().is_some_and(|s| s.register);
-    let failed = |run: &mut Run, scenario: Scenario, e: BoxError| {
-        eprintln!("  {scenario:?} failed: {e}");
-        run.skipped.push(Skipped {
-            store: name.to_string(),
-            scenario: Some(format!("{scenario:?}").to_lowercase()),
-            reason: format!("failed: {e}"),
-        });
-    };
-    for &scenario in scenarios {
-        let result: Result<()> = async {
-            match scenario {
-                Scenario::Cycle => {
-                    let opened = bench.open("cycle").await?;
-                    for &c in &plan.cycle_clients {
-                        let rows = ops::cycle(&opened, plan, c, WorkSet::Fresh).await?;
-                        progress("cycle", &rows);
-                        run.cycle.extend(rows);
-                    }
-                    let opened = bench.open("cycle_reused").await?;
-                    let ids = ops::reused_ids(&opened, plan, plan.cycle_reused_ids).await?;
-                    for &c in &plan.cycle_clients {
-                        let rows = ops::cycle(&opened, plan, c, WorkSet::Reused(&ids)).await?;
-                        progress("cycle (reused IDs)", &rows);
-                        run.cycle_reused.extend(rows);
-                    }
-                }
-                Scenario::Renew => {
-                    let opened = bench.open("renew").await?;
-                    for &c in &plan.op_clients {
-                        let rows = ops::renew(&opened, plan, c).await?;
-                        progress("renew", &rows);
-                        run.renew.extend(rows);
-                    }
-                }
-                Scenario::Checkpoint => {
-                    let opened = bench.open("ckpt").await?;
-                    for &bytes in &plan.checkpoint_sizes {
-                        for &c in &plan.op_clients {
-                            let rows = ops::checkpoint(&opened, plan, c, bytes).await?;
-                            progress("checkpoint", &rows);
-                            run.checkpoint.extend(rows);
-                        }
-                    }
-                }
-                Scenario::Handoff => {
-                    let opened = bench.open("handoff").await?;
-                    let rtt = handoff::round_trip(&opened, plan).await?;
-                    for &n in &plan.handoff_waiters {
-                        for mode in [HandoffMode::Push, HandoffMode::Poll, HandoffMode::Peer] {
-                            if let Some(row) = handoff::handoff(&opened, plan, n, mode, rtt).await?
-                            {
-                                handoff_progress(&row);
-                                run.handoff.push(row);
-                            }
-                        }
-                    }
-                    if bench.handoff_across_processes() {
-                        for &n in &plan.handoff_waiters {
-                            for mode in [HandoffMode::Push, HandoffMode::Poll] {
-                                let row =
-                                    handoff_processes::handoff(&opened, plan, n, mode, rtt).await?;
-                                handoff_progress(&row);
-                                run.handoff.push(row);
-                            }
-                        }
-                    }
-                }
-                Scenario::Failover => {
-                    let opened = bench.open("failover").await?;
-                    let row = failover::failover(bench, &opened, plan).await?;
-                    eprintln!(
-                        "  failover TTL {} ms + poll {} ms: {:?} ms{}",
-                        row.ttl_ms,
-                        row.poll_ms,
-                        row.trials_ms.iter().map(|t| t.round()).collect::<Vec<_>>(),
-                        errors_note(row.errors, row.first_error.as_deref())
-                    );
-                    run.failover.push(row);
-                }
-                Scenario::Scale => scale::scenario(bench, plan, register, &mut run.scale).await?,
-            }
-            Ok(())
-        }
-        .await;
-        if let Err(e) = result {
-            failed(run, scenario, e);
-        }
-    }
-    Ok(())
 }

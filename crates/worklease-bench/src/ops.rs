@@ -203,6 +203,24 @@ pub async fn reused_ids(opened: &Opened, plan: &Plan, n: usize) -> Result<Vec<St
     Ok(ids)
 }
 
+/// `clients` clients of ours' cycle (acquire → release) over `set`, each
+/// with a holder handle of its own, as [`cycle`] measures them.
+pub fn cycle_clients(
+    opened: &Opened,
+    plan: &Plan,
+    clients: usize,
+    set: WorkSet<'_>,
+) -> Result<Vec<Box<dyn Client>>> {
+    let mut ours: Vec<Box<dyn Client>> = Vec::new();
+    for n in 0..clients {
+        ours.push(Box::new(Cycle {
+            leases: leases(opened, plan, n)?,
+            ids: WorkIds::new(set, format!("cycle-{clients}-{n}-"), n, clients),
+        }));
+    }
+    Ok(ours)
+}
+
 /// Cycle figures at `clients` concurrent clients over `set`: ours, the
 /// baseline (two compare-and-sets: one for the acquire, one for the
 /// release) and the peer (lock → unlock of the same names as keys).
@@ -230,15 +248,12 @@ pub async fn cycle(
         }
     };
     let ids = |n: usize| WorkIds::new(set, format!("cycle-{clients}-{n}-"), n, clients);
-    let mut ours: Vec<Box<dyn Client>> = Vec::new();
-    for n in 0..clients {
-        ours.push(Box::new(Cycle {
-            leases: leases(opened, plan, n)?,
-            ids: ids(n),
-        }));
-    }
     let mut contestants = vec![
-        Contestant::new(Variant::Ours, format!("acquire + release of {what}"), ours),
+        Contestant::new(
+            Variant::Ours,
+            format!("acquire + release of {what}"),
+            cycle_clients(opened, plan, clients, set)?,
+        ),
         Contestant::new(
             Variant::Baseline,
             "2 compare-and-sets",
@@ -356,7 +371,8 @@ async fn held(
     Ok(v)
 }
 
-fn rows(
+/// The rows of a figure, with what each variant is.
+pub fn rows(
     contestants: &[Contestant],
     opened: &Opened,
     clients: usize,

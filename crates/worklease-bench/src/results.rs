@@ -41,6 +41,18 @@ pub struct Run {
     pub failover: Vec<FailoverRow>,
     /// one process holding and renewing many leases.
     pub scale: Vec<ScaleRow>,
+    /// permit acquire → release beside the lease cycle over reused work
+    /// IDs.
+    #[serde(default)]
+    pub semaphore: Vec<PermitRow>,
+    /// hand-off to the next fair waiter, beside the unfair push hand-off
+    /// to one waiter.
+    #[serde(default)]
+    pub fair_handoff: Vec<FairHandoffRow>,
+    /// `worklease pool` processes covering N work IDs, beside this program
+    /// spawning the same children.
+    #[serde(default)]
+    pub pool: Vec<PoolRow>,
 }
 
 /// The machine a run was made on.
@@ -93,6 +105,16 @@ pub struct PlanInfo {
     /// Scale: `acquire_many` calls in flight at once.
     #[serde(default)]
     pub scale_acquire_in_flight: usize,
+    /// Pool coverage: `worklease pool` processes.
+    #[serde(default)]
+    pub pool_processes: usize,
+    /// Pool coverage: the window watched after every child started, s.
+    #[serde(default)]
+    pub pool_window_secs: f64,
+    /// Pool coverage: the longest wait for every child to start, in
+    /// rounds.
+    #[serde(default)]
+    pub pool_limit_rounds: u32,
 }
 
 /// A store as measured.
@@ -397,6 +419,101 @@ impl ScaleRow {
                 / 1000.0
                 / Self::REGISTER_REQUESTS_PER_RENEWAL,
         )
+    }
+}
+
+/// One figure of the semaphore scenario: a permit cycle (ours) or the
+/// lease cycle over reused work IDs measured beside it (the baseline).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PermitRow {
+    /// Permits N of each client's semaphore (for the baseline: of the
+    /// permit cycles it was measured beside).
+    pub permits: usize,
+    /// A fair acquisition (`AcquireOptions::fair()`).
+    pub fair: bool,
+    /// The figure; `variant` is ours for a permit cycle, baseline for the
+    /// lease cycle.
+    #[serde(flatten)]
+    pub op: OpRow,
+}
+
+/// One row of the fair hand-off scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FairHandoffRow {
+    /// Fair waiters (`AcquireOptions::fair()`). False: the unfair push
+    /// hand-off to one waiter measured beside them, the release's round
+    /// trip, one notification and the acquisition's round trip: the
+    /// goal's bound.
+    pub fair: bool,
+    /// The hand-offs.
+    #[serde(flatten)]
+    pub handoff: HandoffRow,
+}
+
+/// `worklease pool` processes covering N work IDs, and this program
+/// spawning the same N children (the baseline: the machine's spawn
+/// floor).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolRow {
+    /// The store (SQLite).
+    pub store: String,
+    /// Work IDs, one child each.
+    pub work_ids: usize,
+    /// `worklease pool` processes sharing them.
+    pub processes: usize,
+    /// The lease TTL, ms.
+    pub ttl_ms: u64,
+    /// A round: TTL/3 (the pools' renewal and rebalancing interval), ms.
+    pub round_ms: u64,
+    /// The longest wait for every child to start, s.
+    pub limit_secs: f64,
+    /// From starting the pools to every work ID's child having started,
+    /// s; `None` when not all started within the limit.
+    pub coverage_secs: Option<f64>,
+    /// Work IDs whose child started (by the end of the window).
+    pub started: usize,
+    /// Work IDs whose child started more than once.
+    pub restarts: usize,
+    /// Warnings and errors the pools logged (lost leases, failed
+    /// renewals or rounds, ...).
+    pub warnings: usize,
+    /// Of them, those that say a lease was lost.
+    pub lost_leases: usize,
+    /// Pools that exited before they were killed.
+    pub pools_exited: usize,
+    /// The window watched after coverage, s.
+    pub window_secs: f64,
+    /// The baseline: from the first spawn to every child having started,
+    /// s; `None` when not all started within the limit.
+    pub baseline_secs: Option<f64>,
+    /// The baseline's children that started.
+    pub baseline_started: usize,
+    /// Processes of this scenario still there after the cleanup (killed
+    /// then): should be none.
+    pub leftover: usize,
+    /// What went wrong, if anything.
+    pub first_error: Option<String>,
+}
+
+impl PoolRow {
+    /// A round, s.
+    pub fn round_secs(&self) -> f64 {
+        self.round_ms.max(1) as f64 / 1000.0
+    }
+
+    /// Ours in rounds.
+    pub fn coverage_rounds(&self) -> Option<f64> {
+        Some(self.coverage_secs? / self.round_secs())
+    }
+
+    /// The baseline in rounds.
+    pub fn baseline_rounds(&self) -> Option<f64> {
+        Some(self.baseline_secs? / self.round_secs())
+    }
+
+    /// Ours / the baseline, by time.
+    pub fn ratio(&self) -> Option<f64> {
+        Some(self.coverage_secs? / self.baseline_secs?.max(1e-6))
     }
 }
 

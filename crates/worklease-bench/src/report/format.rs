@@ -1,5 +1,6 @@
 //! How figures read in the report: rates and counts with thousands
-//! separators, milliseconds to about three digits, a goal's mark.
+//! separators, milliseconds to about three digits, a goal's mark, a list
+//! of failures.
 
 /// A rate with thousands separators.
 pub fn rate(x: f64) -> String {
@@ -44,5 +45,17 @@ pub fn mark(met: bool) -> &'static str {
         "met"
     } else {
         "**not met**"
+    }
+}
+
+/// A list of failures under `heading` (`Failures`), or nothing.
+pub fn failures(w: &mut String, heading: &str, items: &[String]) {
+    use std::fmt::Write as _;
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "\n{heading}:\n");
+    for i in items {
+        let _ = writeln!(w, "- {i}");
     }
 }

@@ -1,4 +1,4 @@
-//! The goals of issues 10 and 17, judged from a run's figures: one
+//! The goals of issues 10, 17 and 18, judged from a run's figures: one
 //! [`Verdict`] per goal and store.
 
 use super::format::{ms, ms_f, rate};
@@ -20,6 +20,12 @@ pub const GOAL_CALLS: &str = "store calls per renewal tick ≤ ceil(leases due /
 pub const GOAL_CPU: &str = "process CPU ≤ 5 µs per lease renewal at 100,000";
 pub const GOAL_RSS: &str = "resident memory ≤ 2 KiB per lease at 100,000";
 pub const GOAL_ETCD: &str = "etcd cycle ≥ 0.9 × two compare-and-put transactions";
+pub const GOAL_POOL: &str = "3 `worklease pool` processes on SQLite: every work ID's child started exactly once within 3 rounds, no lease lost";
+// The goals of issue 18 (semaphores and fair waiting).
+pub const GOAL_SEMAPHORE: &str =
+    "permit acquire → release with a free permit ≥ 0.9 × a lease cycle (reused IDs) at N = 1, 16 and 256";
+pub const GOAL_FAIR_HANDOFF: &str =
+    "hand-off to the next fair waiter within 2 store round trips + one notification (median)";
 
 /// The row of `store` at `clients` clients (and `bytes`) of `variant`.
 pub fn find<'a>(
@@ -192,6 +198,9 @@ pub fn goals(run: &Run) -> Vec<Verdict> {
     }
     etcd_verdicts(run, &mut v);
     super::scale::verdicts(run, &mut v);
+    super::pool::verdicts(run, &mut v);
+    super::semaphore::verdicts(run, &mut v);
+    super::fair::verdicts(run, &mut v);
     v
 }
 

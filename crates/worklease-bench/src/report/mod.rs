@@ -1,9 +1,12 @@
 //! BENCHMARKS.md from a run's JSON: the machine, the exact command, the
 //! goals and whether they were met, a table per scenario, the plots.
 
+mod fair;
 mod format;
 mod goals;
+mod pool;
 mod scale;
+mod semaphore;
 mod tables;
 mod why;
 
@@ -74,7 +77,7 @@ pub fn markdown(run: &Run, json: &str, plots: &[(String, String)]) -> String {
     let _ = writeln!(w, "| took | {:.1} min |", run.elapsed_secs / 60.0);
     let _ = writeln!(
         w,
-        "| per figure | {:.1} s in {} alternating slices (cycle, renew, checkpoint); lease TTL {} s |",
+        "| per figure | {:.1} s in {} alternating slices (cycle, renew, checkpoint, semaphore); lease TTL {} s |",
         run.plan.seconds_per_figure,
         run.plan.slices,
         run.plan.ttl_ms as f64 / 1000.0
@@ -164,6 +167,9 @@ pub fn markdown(run: &Run, json: &str, plots: &[(String, String)]) -> String {
     handoff_table(w, run);
     failover_table(w, run);
     scale::tables(w, run);
+    semaphore::table(w, run);
+    fair::table(w, run);
+    pool::table(w, run);
     for s in stores(run) {
         if let Some(note) = store_note(s) {
             if s == stores(run)[0] {
@@ -175,6 +181,8 @@ pub fn markdown(run: &Run, json: &str, plots: &[(String, String)]) -> String {
     md
 }
 
+/// The test fixture (a run of one store) and helpers, shared with the
+/// scenario modules' tests.
 #[cfg(test)]
 mod tests {
     use super::format::{count, ms, rate};
@@ -185,7 +193,13 @@ mod tests {
         StoreInfo, Variant,
     };
 
-    fn op(store: &str, clients: usize, variant: Variant, rate: f64, p99_us: u64) -> OpRow {
+    pub(super) fn op(
+        store: &str,
+        clients: usize,
+        variant: Variant,
+        rate: f64,
+        p99_us: u64,
+    ) -> OpRow {
         OpRow {
             store: store.into(),
             clients,
@@ -204,7 +218,7 @@ mod tests {
         }
     }
 
-    fn run() -> Run {
+    pub(super) fn run() -> Run {
         Run {
             format: 1,
             started_unix: 0,
@@ -233,6 +247,9 @@ mod tests {
                 scale_acquire_limit_secs: 60.0,
                 scale_acquire_batch: 1000,
                 scale_acquire_in_flight: 4,
+                pool_processes: 3,
+                pool_window_secs: 60.0,
+                pool_limit_rounds: 30,
             },
             stores: vec![StoreInfo {
                 name: "redis".into(),
@@ -265,10 +282,13 @@ mod tests {
                 first_error: None,
             }],
             scale: Vec::new(),
+            semaphore: Vec::new(),
+            fair_handoff: Vec::new(),
+            pool: Vec::new(),
         }
     }
 
-    fn verdict<'a>(v: &'a [Verdict], goal: &str) -> &'a Verdict {
+    pub(super) fn verdict<'a>(v: &'a [Verdict], goal: &str) -> &'a Verdict {
         v.iter()
             .find(|v| v.goal == goal)
             .expect("a verdict for the goal")
@@ -297,7 +317,12 @@ mod tests {
         assert!(md.contains("`cargo run --release -p worklease-bench`"));
     }
 
-    fn handoff(waiters: usize, mode: HandoffMode, across: bool, p50_us: u64) -> HandoffRow {
+    pub(super) fn handoff(
+        waiters: usize,
+        mode: HandoffMode,
+        across: bool,
+        p50_us: u64,
+    ) -> HandoffRow {
         HandoffRow {
             store: "sqlite".into(),
             waiters,

@@ -81,7 +81,11 @@ pub fn stands_in_the_way(w: &mut String, run: &Run, verdicts: &[Verdict]) {
 
 /// Why goal `v` was not met, from the figures and the store's design.
 fn reason(run: &Run, v: &Verdict) -> String {
-    if let Some(why) = super::scale::why(run, v) {
+    let why = super::scale::why(run, v)
+        .or_else(|| super::pool::why(run, v))
+        .or_else(|| super::semaphore::why(run, v))
+        .or_else(|| super::fair::why(run, v));
+    if let Some(why) = why {
         return why;
     }
     match v.goal {
