@@ -17,6 +17,11 @@ use crate::store::LeaseStore;
 use crate::store::{Grant, LeaseRef};
 use crate::token::Token;
 
+/// How many work IDs the first store call of an acquisition of "the
+/// first free one of these" tries; the next calls try
+/// [`LeaseStore::max_batch`] each.
+pub(crate) const FIRST_TRY: usize = 16;
+
 impl Leases {
     /// Acquires the first of `work_ids` that is free (tried in order), as
     /// [`Leases::acquire`] does for one: waiting, when the options ask,
@@ -149,7 +154,15 @@ impl Leases {
         }
         let mut held: Option<AllHeld> = None;
         let max = store.max_batch().max(1);
-        for (c, chunk) in work_ids.chunks(max).enumerate() {
+        let mut start = 0;
+        while start < work_ids.len() {
+            // A first call over a few work IDs: one of them is free in the
+            // common case, and a store's batch call costs more with more
+            // IDs in it (a semaphore of 256 permits).
+            let size = if start == 0 { FIRST_TRY.min(max) } else { max };
+            let chunk = &work_ids[start..(start + size).min(work_ids.len())];
+            let offset = start;
+            start += chunk.len();
             for (i, outcome) in store
                 .acquire_many(chunk, holder, ttl, 1)
                 .await?
@@ -157,7 +170,7 @@ impl Leases {
                 .enumerate()
             {
                 match outcome {
-                    Ok(g) => return Ok(Ok((c * max + i, g))),
+                    Ok(g) => return Ok(Ok((offset + i, g))),
                     Err(e @ Error::Held { .. }) => {
                         let this = AllHeld::from(e);
                         held = Some(match held {

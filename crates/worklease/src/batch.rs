@@ -145,9 +145,10 @@ impl Leases {
     /// order, as [`Leases::acquire`] acquires one: failing fast with
     /// `Held`, or, with [`AcquireOptions::wait_for_lease`], waiting until
     /// one of them is free (woken by a notification of any of them, by the
-    /// earliest expiry among their holders, or by the poll interval). One
-    /// store call per [`LeaseStore::max_batch`] work IDs per attempt, so
-    /// "any free one of these" costs one round trip when one is free.
+    /// earliest expiry among their holders, or by the poll interval). Per
+    /// attempt, one store call over the first 16 work IDs, then one per
+    /// [`LeaseStore::max_batch`] of the rest, so "any free one of these"
+    /// costs one round trip when one of the first 16 is free.
     ///
     /// # Errors
     /// As [`Leases::acquire`], naming the first work ID; also
@@ -165,6 +166,17 @@ impl Leases {
             )
             .into());
         }
+        self.acquire_any_checked(&ids, options).await
+    }
+
+    /// [`Leases::acquire_any`] of work IDs already checked (non-empty,
+    /// distinct, within the batch limit): a semaphore's permits, checked
+    /// once when it is made.
+    pub(crate) async fn acquire_any_checked(
+        &self,
+        ids: &[WorkId],
+        options: AcquireOptions,
+    ) -> Result<Token> {
         let store = self.inner.store.kind();
         let span = tracing::info_span!(
             "worklease.acquire",
@@ -178,7 +190,7 @@ impl Leases {
         );
         let started = Instant::now();
         let result = self
-            .acquire_first(&ids, options)
+            .acquire_first(ids, options)
             .instrument(span.clone())
             .await;
         finish_span(

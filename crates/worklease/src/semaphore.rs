@@ -6,12 +6,12 @@
 //! A semaphore named `NAME` with `N` permits is the `N` work IDs
 //! `NAME/permit/0` to `NAME/permit/{N-1}` ([`Semaphore::permit_ids`]).
 //! Taking a permit is acquiring any free one of them
-//! ([`Leases::acquire_any`]): one store call per
-//! [`crate::LeaseStore::max_batch`] permits tried, so one round trip when a
-//! permit is free among the first `max_batch` (every `N` up to 100 on
-//! Redis, 124 on etcd, 500 on SQLite, 2,000 on PostgreSQL). The permits are
+//! ([`Leases::acquire_any`]): a first store call over 16 permits, then one
+//! per [`crate::LeaseStore::max_batch`] permits, so one round trip when a
+//! permit is free among the first 16 tried, whatever `N`. The permits are
 //! tried from a random one on, so that concurrent acquirers rarely race
-//! for the same free permit. The permit comes back as a [`Token`]: renew,
+//! for the same free permit, and a free semaphore's first call usually
+//! grants the first permit it names. The permit comes back as a [`Token`]: renew,
 //! checkpoint, read, release and background renewal are those of any
 //! lease, through the same [`Leases`] handle (its session renews every
 //! permit with its other leases).
@@ -71,6 +71,7 @@ pub const PERMIT_INFIX: &str = "/permit/";
 pub struct Semaphore {
     leases: Leases,
     name: Arc<str>,
+    /// The permit IDs twice over: the `N` from any start are one slice.
     permit_ids: Arc<[WorkId]>,
 }
 
@@ -84,11 +85,12 @@ impl Semaphore {
     /// IDs (`NAME/permit/K` must fit [`MAX_WORK_ID_BYTES`]).
     pub fn new(leases: Leases, name: impl Into<String>, permits: usize) -> Result<Self> {
         let name: String = name.into();
-        let permit_ids = permit_ids(&name, permits)?;
+        let ids = permit_ids(&name, permits)?;
+        let twice: Vec<WorkId> = ids.iter().chain(&ids).cloned().collect();
         Ok(Self {
             leases,
             name: name.into(),
-            permit_ids: permit_ids.into(),
+            permit_ids: twice.into(),
         })
     }
 
@@ -99,12 +101,12 @@ impl Semaphore {
 
     /// How many permits it has (this process's setting).
     pub fn permits(&self) -> usize {
-        self.permit_ids.len()
+        self.permit_ids.len() / 2
     }
 
     /// The permits' work IDs, `NAME/permit/0` to `NAME/permit/{N-1}`.
     pub fn permit_ids(&self) -> &[WorkId] {
-        &self.permit_ids
+        &self.permit_ids[..self.permits()]
     }
 
     /// The handle permits are taken with: renew, checkpoint, read,
@@ -127,7 +129,7 @@ impl Semaphore {
     /// * [`Error::Invalid`] for a bad poll interval; [`Error::Store`] when
     ///   the store fails.
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Token> {
-        let n = self.permit_ids.len();
+        let n = self.permits();
         let result = if options.is_fair() {
             let try_target: crate::fair::TryTarget<'_> =
                 Box::new(move |o| Box::pin(self.acquire_unfair(o)));
@@ -166,13 +168,11 @@ impl Semaphore {
 
     /// Any free permit, tried from a random one on.
     async fn acquire_unfair(&self, options: AcquireOptions) -> Result<Token> {
-        let n = self.permit_ids.len();
+        let n = self.permits();
         let start = rand::thread_rng().gen_range(0..n);
-        let order = self.permit_ids[start..]
-            .iter()
-            .chain(&self.permit_ids[..start])
-            .map(WorkId::as_str);
-        self.leases.acquire_any(order, options).await
+        self.leases
+            .acquire_any_checked(&self.permit_ids[start..start + n], options)
+            .await
     }
 
     /// The permits held now (live leases), as the store reports them; one
@@ -182,7 +182,7 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Store`] when the store fails.
     pub async fn holders(&self) -> Result<Vec<LeaseInfo>> {
-        let infos = self.leases.store().inspect(&self.permit_ids).await?;
+        let infos = self.leases.store().inspect(self.permit_ids()).await?;
         Ok(infos.into_iter().filter(|i| !i.expired).collect())
     }
 

@@ -78,8 +78,9 @@ pub(crate) type TryTarget<'a> =
 impl Leases {
     /// A fair acquisition of `target` (see the module docs): `try_target`
     /// acquires it with the options it is given (never fair ones). Lets go
-    /// of the queue and waiter leases on every way out, the errors, a
-    /// cancellation and a timeout included, before it returns.
+    /// of the queue and waiter leases on every way out: before it returns
+    /// an error (a cancellation and a timeout included), in the background
+    /// once served.
     pub(crate) async fn acquire_fair(
         &self,
         target: &str,
@@ -97,6 +98,16 @@ impl Leases {
             let result = self
                 .fair_steps(&line, &options, &try_target, &mut held)
                 .await;
+            if result.is_ok() {
+                // Served: the waiter lease goes in the background (its
+                // `Drop`), so the caller starts its work a round trip
+                // sooner; the process lives on with the lease it got.
+                drop(held);
+                return result;
+            }
+            // Every other way out lets go before returning, so a process
+            // that exits at once (an interrupted `worklease run`) leaves
+            // nobody waiting behind a place it no longer wants.
             held.let_go().await;
             match result {
                 // The queue lease was taken away under us (`release

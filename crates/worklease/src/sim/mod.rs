@@ -475,8 +475,13 @@ async fn simulate(backend: &Backend, config: &SimConfig, seed: u64) -> (history:
             let clock = Arc::new(TokioClock::new());
             (0..(*processes).max(1))
                 .map(|_| {
+                    // Without the wake-ups across values (a watch of the
+                    // file, events in real time on a thread of their own):
+                    // a run must be the same for the same seed. The
+                    // wake-ups have their tests (`tests/sqlite_push.rs`).
                     let store = SqliteStore::open_with_clock(&path, clock.clone())
-                        .expect("open the simulation's SQLite file");
+                        .expect("open the simulation's SQLite file")
+                        .cross_process_wakeups(false);
                     Arc::new(store) as Arc<dyn LeaseStore>
                 })
                 .collect()
