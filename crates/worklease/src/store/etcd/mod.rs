@@ -275,7 +275,7 @@
 //!   contender's first look), and a lease given up while its session is
 //!   kept alive lasts until the holder's store sweeps it: up to the end
 //!   of the latest renewal it sent plus a round trip (plus
-//!   [`SWEEP_RETRY`](sweep::SWEEP_RETRY), 500 ms, per sweep etcd did not
+//!   500 ms per sweep etcd did not
 //!   answer), a TTL more where its last renewals failed with an unknown
 //!   outcome;
 //! * that the `state` of a lease that etcd ended tells when: an expired
