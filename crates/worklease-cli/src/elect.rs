@@ -40,10 +40,13 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     args.metrics.serve()?;
     // On a terminal: who leads, refreshed while campaigning.
     let progress = Progress::start(store.clone(), &args.election);
-    let elector = Elector::builder(store, args.election.as_str(), holder)
+    let mut builder = Elector::builder(store, args.election.as_str(), holder)
         .ttl(args.ttl)
-        .poll_interval(args.poll)
-        .build()?;
+        .poll_interval(args.poll);
+    if let Some(value) = &args.publish {
+        builder = builder.publish(value.clone());
+    }
+    let elector = builder.build()?;
     // A store that answers nothing at all is a configuration error: say
     // so at once (exit 69) instead of campaigning against it forever.
     match elector.leader().await {

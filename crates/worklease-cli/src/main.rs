@@ -78,6 +78,7 @@ mod checkpoint;
 mod demo;
 mod elect;
 mod exit;
+mod leader;
 mod pool;
 mod progress;
 mod release;
@@ -424,6 +425,10 @@ enum Command {
     /// Show the leases in the store.
     #[command(after_help = STATUS_HELP)]
     Status(StatusArgs),
+    /// Show who leads an election (and, with --watch, every change)
+    /// without campaigning.
+    #[command(after_help = leader::HELP)]
+    Leader(leader::LeaderArgs),
     /// Save or read the checkpoint of the lease a child holds.
     #[command(subcommand, after_help = CHECKPOINT_HELP)]
     Checkpoint(CheckpointCommand),
@@ -631,6 +636,12 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
 
+    /// A value to publish while leading (the leader's address, say), at
+    /// most 4096 bytes: `worklease leader ELECTION` shows it with the
+    /// leader, so that followers can forward to it.
+    #[arg(long, value_name = "VALUE", value_parser = parse_published)]
+    publish: Option<String>,
+
     /// The election (a work ID: 1 to 1024 bytes, no control characters).
     #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
     election: WorkId,
@@ -826,6 +837,17 @@ fn parse_poll(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn parse_published(s: &str) -> Result<String, String> {
+    let max = worklease::limits::MAX_PUBLISHED_VALUE_BYTES;
+    if s.len() > max {
+        return Err(format!(
+            "the value is {} bytes: the limit is {max} bytes",
+            s.len()
+        ));
+    }
+    Ok(s.to_string())
+}
+
 fn parse_work_id(s: &str) -> Result<WorkId, String> {
     WorkId::new(s).map_err(|e| e.to_string())
 }
@@ -906,6 +928,7 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => status::status(args).await,
+        Command::Leader(args) => leader::leader(args).await,
         Command::Checkpoint(CheckpointCommand::Set(args)) => checkpoint::set(args).await,
         Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
         Command::Release(args) => release::release(args).await,

@@ -206,17 +206,7 @@ fn render(
 /// 0) or until the reader of stdout goes away (exit 0). A transient store
 /// failure is said on stderr and retried at the next round.
 async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Result<u8, Failure> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let install = |kind: SignalKind, name: &str| {
-        signal(kind).map_err(|e| {
-            Failure::new(
-                exit::SOFTWARE,
-                format!("cannot install a handler for {name}: {e}"),
-            )
-        })
-    };
-    let mut sigint = install(SignalKind::interrupt(), "SIGINT")?;
-    let mut sigterm = install(SignalKind::terminate(), "SIGTERM")?;
+    let mut stop = StopSignals::install()?;
     let terminal = std::io::stdout().is_terminal();
     let mut ticks = tokio::time::interval(WATCH_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -230,8 +220,7 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
-            _ = sigint.recv() => return Ok(0),
-            _ = sigterm.recv() => return Ok(0),
+            _ = stop.recv() => return Ok(0),
         }
         if let Some(path) = file.as_ref().filter(|p| !p.exists()) {
             return Err(Failure::new(
@@ -263,6 +252,40 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
     }
 }
 
+/// SIGINT and SIGTERM, which end the `--watch` modes (`status`, `leader`)
+/// with exit 0.
+pub struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Installs the handlers.
+    pub fn install() -> Result<Self, Failure> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| {
+                Failure::new(
+                    exit::SOFTWARE,
+                    format!("cannot install a handler for {name}: {e}"),
+                )
+            })
+        };
+        Ok(Self {
+            int: install(SignalKind::interrupt(), "SIGINT")?,
+            term: install(SignalKind::terminate(), "SIGTERM")?,
+        })
+    }
+
+    /// Completes at the next SIGINT or SIGTERM.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
 /// Writes `bytes` to stdout. A reader that went away (`| head`) is not an
 /// error; any other write failure is [`exit::IO`].
 pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
@@ -270,7 +293,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<(), Failure> {
 }
 
 /// As [`write_stdout`]; false when the reader went away.
-fn write_stdout_until_closed(bytes: &[u8]) -> Result<bool, Failure> {
+pub fn write_stdout_until_closed(bytes: &[u8]) -> Result<bool, Failure> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Ok(()) => Ok(true),

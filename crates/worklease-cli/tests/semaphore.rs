@@ -3,48 +3,10 @@
 //! child with its own permit's work ID and fencing token.
 
 mod common;
-use common::{holder_script, poll_until, World, LONG};
-
-use std::process::{Child, Output};
-
-/// A background `worklease`; killed if the test ends first.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(w: &World, args: &[&str]) -> Running {
-    Running(w.cmd(args).spawn().expect("spawn worklease"))
-}
-
-fn output(w: &World, args: &[&str]) -> Output {
-    w.cmd(args).output().expect("run worklease")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Waits (bounded) for `name` in the world's directory.
-fn wait_for_file(w: &World, name: &str) {
-    let path = w.path(name);
-    assert!(
-        poll_until(LONG, || path.exists()),
-        "{} did not appear within {LONG:?}",
-        path.display()
-    );
-}
-
-fn read(w: &World, name: &str) -> String {
-    std::fs::read_to_string(w.path(name))
-        .unwrap_or_else(|e| panic!("read {name}: {e}"))
-        .trim()
-        .to_string()
-}
+use common::{
+    holder_script, output, poll_until, read, spawn, stderr, wait_exit, wait_for_file, Running,
+    World, LONG,
+};
 
 /// A holder child that also records its permit's work ID in `$D/<name>.id`.
 fn permit_script(name: &str) -> String {
@@ -52,17 +14,6 @@ fn permit_script(name: &str) -> String {
         "echo \"$WORKLEASE_WORK_ID\" > \"$D/{name}.id\"; {}",
         holder_script(name)
     )
-}
-
-fn wait_exit(mut r: Running) -> i32 {
-    let end = std::time::Instant::now() + LONG;
-    loop {
-        if let Some(status) = r.0.try_wait().expect("try_wait") {
-            return status.code().expect("an exit status");
-        }
-        assert!(std::time::Instant::now() < end, "worklease did not exit");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
 }
 
 #[test]

@@ -73,6 +73,15 @@ pub enum InvalidInput {
         /// The limit, in bytes.
         max: usize,
     },
+    /// A value to publish with a leadership larger than the limit
+    /// ([`crate::limits::MAX_PUBLISHED_VALUE_BYTES`]); nothing was written.
+    #[error("the published value is {len} bytes: the limit is {max} bytes")]
+    PublishedValueTooLarge {
+        /// The size given, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
     /// A batch call naming more leases than the limit
     /// ([`crate::limits::MAX_BATCH`]); nothing was written.
     #[error("the batch names {len} leases: the limit is {max}")]

@@ -19,6 +19,11 @@ pub const MAX_WORK_ID_BYTES: usize = 1024;
 pub const MAX_HOLDER_ID_BYTES: usize = 256;
 /// The largest checkpoint, in bytes.
 pub const MAX_CHECKPOINT_BYTES: usize = 1024 * 1024;
+/// The largest value a leader publishes with its leadership
+/// ([`crate::election::ElectorBuilder::publish`]), in bytes: an address or a
+/// small document that followers read with every observation, not a
+/// store of state (use a checkpoint of a work ID of your own for that).
+pub const MAX_PUBLISHED_VALUE_BYTES: usize = 4096;
 /// The longest TTL: one week. Longer leases are better served by a database
 /// row than a lease; the limit keeps every store's millisecond arithmetic
 /// far from overflow.

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// One test's world: a temporary directory with the SQLite store file in
@@ -118,5 +118,56 @@ pub fn process_gone(pid: i32) -> bool {
         Ok(stat) => stat
             .rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// A background `worklease`; killed if the test ends first.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn spawn(w: &World, args: &[&str]) -> Running {
+    Running(w.cmd(args).spawn().expect("spawn worklease"))
+}
+
+pub fn output(w: &World, args: &[&str]) -> Output {
+    w.cmd(args).output().expect("run worklease")
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Waits (bounded) for `name` in the world's directory.
+pub fn wait_for_file(w: &World, name: &str) {
+    let path = w.path(name);
+    assert!(
+        poll_until(LONG, || path.exists()),
+        "{} did not appear within {LONG:?}",
+        path.display()
+    );
+}
+
+pub fn read(w: &World, name: &str) -> String {
+    std::fs::read_to_string(w.path(name))
+        .unwrap_or_else(|e| panic!("read {name}: {e}"))
+        .trim()
+        .to_string()
+}
+
+/// Waits (bounded) for a background `worklease` to exit; its status.
+pub fn wait_exit(mut r: Running) -> i32 {
+    let end = std::time::Instant::now() + LONG;
+    loop {
+        if let Some(status) = r.0.try_wait().expect("try_wait") {
+            return status.code().expect("an exit status");
+        }
+        assert!(std::time::Instant::now() < end, "worklease did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }

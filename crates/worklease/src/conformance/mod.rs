@@ -35,6 +35,7 @@ mod batch;
 mod election;
 mod fair;
 mod leases;
+mod observe;
 mod semaphore;
 mod stress;
 
@@ -42,6 +43,7 @@ pub use batch::*;
 pub use election::*;
 pub use fair::*;
 pub use leases::*;
+pub use observe::*;
 pub use semaphore::*;
 pub use stress::concurrent_stress;
 
@@ -251,6 +253,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);
             $crate::conformance_tests!(@one $paused, $make, election_dropped_lead_releases);
             $crate::conformance_tests!(@one $paused, $make, election_bad_config);
+            $crate::conformance_tests!(@one $paused, $make, election_observe_follows_every_change);
 
             #[tokio::test(start_paused = $paused)]
             async fn concurrent_stress() {

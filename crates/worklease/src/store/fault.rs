@@ -89,6 +89,7 @@ pub struct FaultStore<S: ?Sized = dyn LeaseStore> {
     reply_delay_ms: AtomicU64,
     lose_replies: AtomicBool,
     calls: AtomicU64,
+    writes: AtomicU64,
     acquires: Counter,
     held: Counter,
     hide_expiry: AtomicBool,
@@ -114,6 +115,7 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
             reply_delay_ms: AtomicU64::new(0),
             lose_replies: AtomicBool::new(false),
             calls: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
             acquires: Counter::new(),
             held: Counter::new(),
             hide_expiry: AtomicBool::new(false),
@@ -200,6 +202,12 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// How many of the calls were writes (every call but `inspect`,
+    /// `read_checkpoint` and `watch`), reachable or not.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
     fn ttl(&self, ttl: Duration) -> Duration {
         match &*self.ttl_distortion.lock().expect("distortion") {
             Some(keep) => keep(ttl),
@@ -220,6 +228,12 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
             .into());
         }
         r
+    }
+
+    /// [`Self::gate`] for a call that writes.
+    async fn gate_write(&self) -> Result<()> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.gate().await
     }
 
     async fn gate(&self) -> Result<()> {
@@ -248,7 +262,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         holder_id: &HolderId,
         ttl: Duration,
     ) -> Result<Grant> {
-        self.gate().await?;
+        self.gate_write().await?;
         let mut r = self.inner.acquire(work_id, holder_id, self.ttl(ttl)).await;
         self.acquires.bump();
         if let Err(Error::Held { expires_in, .. }) = &mut r {
@@ -260,7 +274,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         self.reply(r).await
     }
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.renew(lease, self.ttl(ttl)).await)
             .await
     }
@@ -270,7 +284,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.checkpoint(lease, self.ttl(ttl), data).await)
             .await
     }
@@ -279,7 +293,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         self.reply(self.inner.read_checkpoint(lease).await).await
     }
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.release(lease).await).await
     }
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {
@@ -287,7 +301,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         self.reply(self.inner.inspect(work_ids).await).await
     }
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.revoke(work_id).await).await
     }
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
@@ -304,7 +318,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.renew_many(leases, self.ttl(ttl)).await)
             .await
     }
@@ -315,7 +329,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        self.gate().await?;
+        self.gate_write().await?;
         let mut r = self
             .inner
             .acquire_many(work_ids, holder_id, self.ttl(ttl), max)
@@ -332,7 +346,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         self.reply(r).await
     }
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        self.gate().await?;
+        self.gate_write().await?;
         self.reply(self.inner.release_many(leases).await).await
     }
 }

@@ -14,7 +14,21 @@
 //! * [`Elector::run`] campaigns for as long as its [`Campaign`] stream is
 //!   polled, yielding [`Event`]s (`Acquired`, `Renewed`, `Lost`), and
 //!   campaigns again after a loss; dropping the stream releases.
-//! * [`Elector::leader`] tells who leads now, without campaigning.
+//! * [`Elector::leader`] tells who leads now, without campaigning, and
+//!   [`Elector::observe`] / [`observe`] stream every change of leader to a
+//!   process that never campaigns, with reads only ([`Observations`]).
+//!
+//! Each term's leader writes the election's **record** into the checkpoint
+//! of the election's lease when its term starts (ADR 0016): the value it
+//! publishes ([`ElectorBuilder::publish`], [`Leadership::publish`]: an
+//! address followers forward to, at most
+//! [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`]), when the term started, and
+//! the **transitions** (changes of holder) since the election's first
+//! leader, kept by the store across restarts of every process. Starting a
+//! term therefore costs two round trips after the acquisition (read the
+//! record handed over, write the new one). The election's checkpoint
+//! belongs to the elector: keep a leader's own state under a work ID of
+//! its own.
 //!
 //! What it does not guarantee: that a leader's *actions* stop the instant
 //! its lease ends. The lost signal fires at the holder's deadline (send
@@ -24,24 +38,29 @@
 //! downstream systems and have them reject smaller ones.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use futures_util::Stream;
-use tokio::sync::mpsc;
+use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::finish::{release_within, FinishGuard};
+use crate::finish::FinishGuard;
 use crate::lease::{AcquireOptions, Config, Leases};
 use crate::limits::WorkId;
 use crate::metrics::{finish_span, LeaderGauge};
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::store::LeaseStore;
 use crate::token::Token;
+
+mod campaign;
+mod observe;
+mod record;
+
+pub use campaign::Campaign;
+pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
+use record::{check_value, Record};
 
 /// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses
 /// it only to report [`State::is_expired`] and [`State::ttl`]; no decision
@@ -71,6 +90,19 @@ pub struct State {
     pub generation: u64,
     /// When its lease expires, by the wall clock (informational).
     pub expires_at: SystemTime,
+    /// The value the leader publishes ([`ElectorBuilder::publish`],
+    /// [`Leadership::publish`]); `None` when it publishes none, and until a
+    /// new leader has written its record (one round trip after its
+    /// acquisition).
+    pub value: Option<Bytes>,
+    /// When this term started, by the leader's wall clock (informational);
+    /// `None` until the leader has written its record.
+    pub since: Option<SystemTime>,
+    /// Changes of leader (holder ID) since the election's first leader,
+    /// which has 0 (Kubernetes' `leaseTransitions`); kept in the store.
+    pub transitions: u64,
+    /// Time left by the store's clock when read (where the store tells).
+    expires_in: Option<Duration>,
     clock: Arc<dyn Clock>,
 }
 
@@ -80,16 +112,25 @@ impl std::fmt::Debug for State {
             .field("owner", &self.owner)
             .field("generation", &self.generation)
             .field("expires_at", &self.expires_at)
+            .field("value", &self.value)
+            .field("since", &self.since)
+            .field("transitions", &self.transitions)
             .finish()
     }
 }
 
 impl State {
-    fn from_token(t: &Token, clock: &Arc<dyn Clock>) -> Self {
+    /// The state of a term this process leads: its token, and the record
+    /// it wrote.
+    fn of_term(t: &Token, record: &Record, clock: &Arc<dyn Clock>) -> Self {
         Self {
             owner: t.holder_id().to_string(),
             generation: t.fencing_token(),
             expires_at: t.expires_at(),
+            value: record.value.clone(),
+            since: Some(record.since),
+            transitions: record.transitions,
+            expires_in: None,
             clock: clock.clone(),
         }
     }
@@ -141,6 +182,7 @@ pub struct ElectorBuilder {
     poll_interval: Duration,
     release_timeout: Duration,
     clock: Arc<dyn Clock>,
+    value: Option<Bytes>,
 }
 
 impl ElectorBuilder {
@@ -178,27 +220,49 @@ impl ElectorBuilder {
         self
     }
 
+    /// A value this candidate publishes while it leads (etcd `Proclaim`):
+    /// its address, say, so that followers forward to it. Observers
+    /// ([`Elector::leader`], [`Elector::observe`]) read it with the leader;
+    /// it is written with the record at the start of each term, and
+    /// [`Leadership::publish`] changes it during a term. Default: none. At
+    /// most [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`] (4 KiB), checked by
+    /// [`ElectorBuilder::build`].
+    pub fn publish(mut self, value: impl Into<Bytes>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
     /// Checks the settings (like client-go's leader election: each rule
     /// that breaks is named) and builds the elector.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad election name (a work ID), owner (a
     /// holder ID) or TTL, a renew interval not shorter than TTL − safety
-    /// margin, or a poll interval or release timeout under 1 ms.
+    /// margin, a poll interval or release timeout under 1 ms, or a
+    /// published value over [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`].
     pub fn build(self) -> Result<Elector> {
+        if let Some(v) = &self.value {
+            check_value(v)?;
+        }
         let leases = Leases::new(self.store, Config::new(self.owner, self.ttl))?;
         let renewal = match self.renew_interval {
             Some(i) => RenewalOptions::new().interval(i),
             None => RenewalOptions::new(),
         };
-        Elector::from_leases(
+        let elector = Elector::from_leases(
             leases,
             self.election,
             renewal,
             self.poll_interval,
             self.release_timeout,
             self.clock,
-        )
+        )?;
+        *elector
+            .inner
+            .value
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = self.value;
+        Ok(elector)
     }
 }
 
@@ -234,6 +298,7 @@ impl Elector {
                 poll_interval,
                 release_timeout,
                 clock,
+                value: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -246,6 +311,9 @@ struct ElectorInner {
     poll_interval: Duration,
     release_timeout: Duration,
     clock: Arc<dyn Clock>,
+    /// The value the next term publishes ([`ElectorBuilder::publish`], the
+    /// latest [`Leadership::publish`]).
+    value: std::sync::Mutex<Option<Bytes>>,
 }
 
 /// One candidate in one election (hoplock: `Elector`). Cheap to clone.
@@ -277,6 +345,8 @@ pub struct Leadership {
     state: State,
     lost: CancellationToken,
     renewal: Arc<Renewal>,
+    elector: Elector,
+    record: tokio::sync::Mutex<Record>,
 }
 
 impl Leadership {
@@ -306,6 +376,45 @@ impl Leadership {
         self.renewal.token()
     }
 
+    /// Publishes `value` with this leadership (etcd `Proclaim`): observers
+    /// see it from the next read on (within one poll interval of theirs),
+    /// and this elector's later terms publish it too. One fenced
+    /// checkpoint write of the election's record, which also renews the
+    /// lease.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a value over
+    /// [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`] (nothing written);
+    /// [`Error::Fenced`] / [`Error::Expired`] once leadership is lost;
+    /// [`Error::Store`] when the store fails (the value may or may not have
+    /// been written).
+    pub async fn publish(&self, value: impl Into<Bytes>) -> Result<()> {
+        let value = value.into();
+        check_value(&value)?;
+        let mut record = self.record.lock().await;
+        let next = Record {
+            value: Some(value.clone()),
+            ..record.clone()
+        };
+        let leases = &self.elector.inner.leases;
+        leases
+            .checkpoint(&self.renewal.token(), next.encode())
+            .await?;
+        *record = next;
+        *self
+            .elector
+            .inner
+            .value
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(value);
+        Ok(())
+    }
+
+    /// The value this leadership publishes now.
+    pub async fn value(&self) -> Option<Bytes> {
+        self.record.lock().await.value.clone()
+    }
+
     /// The renewal behind this leadership, for [`crate::leader::elect`].
     pub(crate) fn renewal(&self) -> Arc<Renewal> {
         self.renewal.clone()
@@ -330,6 +439,7 @@ impl Elector {
             poll_interval: crate::lease::DEFAULT_POLL_INTERVAL,
             release_timeout: Duration::from_secs(5),
             clock: Arc::new(SystemClock),
+            value: None,
         }
     }
 
@@ -343,7 +453,9 @@ impl Elector {
         self.inner.leases.holder_id().as_str()
     }
 
-    /// Who leads now, without campaigning.
+    /// Who leads now, without campaigning: the leader, its term, the value
+    /// it publishes and the transitions so far. Reads only: the lease, and
+    /// its record where it has one.
     ///
     /// # Errors
     /// [`Error::NoLease`] when nobody leads (never acquired, released,
@@ -372,26 +484,27 @@ impl Elector {
     }
 
     async fn leader_inner(&self) -> Result<State> {
-        let infos = self
-            .inner
-            .leases
-            .store()
-            .inspect(std::slice::from_ref(&self.inner.election))
-            .await?;
-        match infos.into_iter().find(|i| !i.expired) {
-            Some(i) => Ok(State {
-                owner: i.holder_id,
-                generation: i.fencing_token,
-                expires_at: i.expires_at,
-                clock: self.inner.clock.clone(),
-            }),
-            None => Err(Error::NoLease {
+        let store = self.inner.leases.store();
+        observe::read_leader(store, &self.inner.election, &self.inner.clock)
+            .await?
+            .ok_or_else(|| Error::NoLease {
                 election: self.inner.election.to_string(),
-            }),
-        }
+            })
     }
 
-    async fn campaign(&self) -> Result<(Token, Renewal)> {
+    /// Watches this election without campaigning ([`observe`]) with this
+    /// elector's store, clock and poll interval: who leads now, then every
+    /// change. Writes nothing; dropping the stream stops it.
+    pub fn observe(&self) -> Observations {
+        observe::observations(
+            self.inner.leases.store().clone(),
+            self.inner.election.clone(),
+            self.inner.poll_interval,
+            self.inner.clock.clone(),
+        )
+    }
+
+    async fn campaign(&self) -> Result<(Token, Renewal, Record)> {
         let span = tracing::info_span!(
             "worklease.election.campaign",
             election = %self.inner.election,
@@ -403,14 +516,14 @@ impl Elector {
         );
         let started = tokio::time::Instant::now();
         let result = self.campaign_inner().instrument(span.clone()).await;
-        if let Ok((token, _)) = &result {
+        if let Ok((token, _, _)) = &result {
             span.record("generation", token.fencing_token);
         }
         finish_span(&span, started, &result, None);
         result
     }
 
-    async fn campaign_inner(&self) -> Result<(Token, Renewal)> {
+    async fn campaign_inner(&self) -> Result<(Token, Renewal, Record)> {
         // A candidate reports 0 until it leads, so that "nobody leads" is a
         // sum of zeros an alert can see, not an absent series.
         metrics::gauge!(crate::metrics::IS_LEADER, "election" => self.inner.election.to_string())
@@ -423,11 +536,43 @@ impl Elector {
             .leases
             .acquire(self.inner.election.as_str(), opts)
             .await?;
+        let (token, record) = self.start_term(token).await?;
         let renewal = self
             .inner
             .leases
             .start_renewal(token.clone(), self.inner.renewal.clone())?;
-        Ok((token, renewal))
+        Ok((token, renewal, record))
+    }
+
+    /// Writes the record of the term `token` starts: reads the one handed
+    /// over (for the transitions), writes this term's. On failure the lease
+    /// is released (bounded by the release timeout) and the error returned,
+    /// so that no term runs without its record.
+    async fn start_term(&self, token: Token) -> Result<(Token, Record)> {
+        let leases = &self.inner.leases;
+        let written = async {
+            let handed = leases.read_checkpoint(&token).await?;
+            let value = self
+                .inner
+                .value
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let record = Record::first_of_term(
+                token.fencing_token(),
+                token.holder_id().as_str(),
+                handed.data.as_deref(),
+                &handed.handoff,
+                value,
+            );
+            let token = leases.checkpoint(&token, record.encode()).await?;
+            Ok((token, record))
+        }
+        .await;
+        if written.is_err() {
+            let _ = tokio::time::timeout(self.inner.release_timeout, leases.release(token)).await;
+        }
+        written
     }
 
     /// Waits until this candidate leads, runs `f` with the [`Leadership`],
@@ -445,7 +590,7 @@ impl Elector {
         F: FnOnce(Leadership) -> Fut,
         Fut: Future<Output = T>,
     {
-        let (token, renewal) = self.campaign().await?;
+        let (token, renewal, record) = self.campaign().await?;
         let renewal = Arc::new(renewal);
         let _is_leader = LeaderGauge::new(self.inner.election.as_str(), renewal.lost_signal());
         let guard = FinishGuard::new(
@@ -454,9 +599,11 @@ impl Elector {
             self.inner.release_timeout,
         );
         let leadership = Leadership {
-            state: State::from_token(&token, &self.inner.clock),
+            state: State::of_term(&token, &record, &self.inner.clock),
             lost: renewal.lost_signal(),
             renewal,
+            elector: self.clone(),
+            record: tokio::sync::Mutex::new(record),
         };
         let out = f(leadership).await;
         guard.release().await;
@@ -470,103 +617,6 @@ impl Elector {
     /// poll interval, so the stream ends only when dropped. Dropping it
     /// releases leadership (bounded by the release timeout).
     pub fn run(&self) -> Campaign {
-        let (tx, rx) = mpsc::channel(16);
-        let stop = CancellationToken::new();
-        tokio::spawn(campaign_loop(self.clone(), tx, stop.clone()));
-        Campaign { rx, stop }
-    }
-}
-
-async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
-    loop {
-        let won = tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tx.closed() => return,
-            r = elector.campaign() => r,
-        };
-        let (token, renewal) = match won {
-            Ok(won) => won,
-            Err(e) => {
-                tracing::warn!(election = %elector.inner.election, error = %e, "campaign failed; retrying");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(elector.inner.poll_interval) => continue,
-                }
-            }
-        };
-        if !lead_term(&elector, &tx, &stop, &token, renewal).await {
-            return;
-        }
-    }
-}
-
-/// Reports one term of leadership: `Acquired`, `Renewed`…, `Lost`. Returns
-/// true when the term was lost (campaign again), false when the campaign
-/// must stop, after releasing the lease.
-async fn lead_term(
-    elector: &Elector,
-    tx: &mpsc::Sender<Event>,
-    stop: &CancellationToken,
-    token: &Token,
-    mut renewal: Renewal,
-) -> bool {
-    let _is_leader = LeaderGauge::new(elector.inner.election.as_str(), renewal.lost_signal());
-    let clock = &elector.inner.clock;
-    let mut event = Some(Event {
-        kind: EventKind::Acquired,
-        state: State::from_token(token, clock),
-        error: None,
-    });
-    loop {
-        if let Some(ev) = event.take() {
-            let lost = ev.kind == EventKind::Lost;
-            if tx.send(ev).await.is_err() {
-                break; // the stream was dropped
-            }
-            if lost {
-                return true;
-            }
-        }
-        let change = tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tx.closed() => break,
-            c = renewal.changed() => c,
-        };
-        event = Some(match change {
-            Ok(t) => Event {
-                kind: EventKind::Renewed,
-                state: State::from_token(&t, clock),
-                error: None,
-            },
-            Err(e) => Event {
-                kind: EventKind::Lost,
-                state: State::from_token(&renewal.token(), clock),
-                error: Some(e),
-            },
-        });
-    }
-    let leases = elector.inner.leases.clone();
-    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
-    false
-}
-
-/// The event stream of [`Elector::run`]. Dropping it stops campaigning and
-/// releases leadership (on a spawned task, bounded by the release timeout).
-pub struct Campaign {
-    rx: mpsc::Receiver<Event>,
-    stop: CancellationToken,
-}
-
-impl Stream for Campaign {
-    type Item = Event;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.rx.poll_recv(cx)
-    }
-}
-
-impl Drop for Campaign {
-    fn drop(&mut self) {
-        self.stop.cancel();
+        Campaign::start(self.clone())
     }
 }

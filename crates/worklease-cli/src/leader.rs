@@ -1,0 +1,164 @@
+//! `worklease leader`: who leads an election, and (`--watch`) every change,
+//! for processes and people that never campaign. Reads only
+//! ([`worklease::election::observe`]).
+
+use std::time::Duration;
+
+use clap::Args;
+use futures_util::StreamExt;
+use serde::Serialize;
+use worklease::election::{self, State};
+use worklease::WorkId;
+
+use crate::exit::{self, Failure};
+use crate::status::{write_stdout, write_stdout_until_closed, StopSignals};
+use crate::{parse_poll, parse_work_id, StoreArg};
+
+/// Shown below `worklease leader --help`.
+pub const HELP: &str = "\
+Reads only: the election's lease and the record its leader writes (the
+value it publishes with `elect --publish`, when its term started, the
+transitions so far). Prints one line: the leader, or with --json one JSON
+object with the fields election, holder_id, value, fencing_token,
+transitions and since (holder_id and the rest null when nobody leads).
+A value that is not UTF-8 is printed with U+FFFD in place of bad bytes.
+
+Without --watch, an election that nobody leads exits 69 with a message.
+With --watch: one line now and one per change (a new leader, a new
+published value, nobody leading), until SIGINT or SIGTERM (exit 0). A
+change is seen at once where the store notifies a release (all but S3),
+a new leader within a few round trips after that, and anything else
+within --poll.
+
+Examples:
+  worklease leader nightly-report
+  worklease leader --json --watch scheduler";
+
+/// Arguments of `worklease leader`.
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+
+    /// Print a line per change until SIGINT (Ctrl-C) or SIGTERM, then exit 0.
+    #[arg(long)]
+    watch: bool,
+
+    /// With --watch: how late at most a change the store does not notify
+    /// (a published value; a new leader on S3) is seen.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    poll: Duration,
+
+    /// The election (a work ID: 1 to 1024 bytes, no control characters).
+    #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
+    election: WorkId,
+}
+
+/// One line of `leader --json`.
+#[derive(Serialize)]
+struct LeaderJson<'a> {
+    election: &'a str,
+    holder_id: Option<&'a str>,
+    value: Option<String>,
+    fencing_token: Option<u64>,
+    transitions: Option<u64>,
+    /// RFC 3339, by the leader's wall clock; null until the new leader has
+    /// written its record.
+    since: Option<String>,
+}
+
+impl<'a> LeaderJson<'a> {
+    fn new(election: &'a WorkId, state: Option<&'a State>) -> Self {
+        Self {
+            election: election.as_str(),
+            holder_id: state.map(|s| s.owner.as_str()),
+            value: state.and_then(value_text),
+            fencing_token: state.map(|s| s.generation),
+            transitions: state.map(|s| s.transitions),
+            since: state
+                .and_then(|s| s.since)
+                .map(|t| humantime::format_rfc3339_millis(t).to_string()),
+        }
+    }
+}
+
+fn value_text(state: &State) -> Option<String> {
+    state
+        .value
+        .as_deref()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// One line of output for `state`.
+fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>, Failure> {
+    let mut out = if json {
+        serde_json::to_vec(&LeaderJson::new(election, state))
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?
+    } else {
+        match state {
+            None => format!("election {:?}: nobody leads", election.as_str()).into_bytes(),
+            Some(s) => {
+                let mut text = format!(
+                    "election {:?}: led by {:?}, term (fencing token) {}, transitions {}",
+                    election.as_str(),
+                    s.owner,
+                    s.generation,
+                    s.transitions
+                );
+                if let Some(since) = s.since {
+                    text.push_str(&format!(
+                        ", since {}",
+                        humantime::format_rfc3339_millis(since)
+                    ));
+                }
+                if let Some(v) = value_text(s) {
+                    text.push_str(&format!(", value {v:?}"));
+                }
+                text.into_bytes()
+            }
+        }
+    };
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// Runs `worklease leader` and returns its exit status.
+pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
+    let (_, store) = args.store.open_existing()?;
+    let mut changes = election::observe(store, args.election.as_str(), args.poll)?;
+    if !args.watch {
+        let now = changes.next().await.unwrap_or(Ok(None))?;
+        let Some(state) = now else {
+            return Err(Failure::new(
+                exit::UNAVAILABLE,
+                format!("election {:?} has no leader", args.election.as_str()),
+            ));
+        };
+        write_stdout(&line(&args.election, Some(&state), args.json)?)?;
+        return Ok(0);
+    }
+    let mut stop = StopSignals::install()?;
+    let mut first = true;
+    loop {
+        let next = tokio::select! {
+            _ = stop.recv() => return Ok(0),
+            next = changes.next() => next,
+        };
+        let state = match next.unwrap_or(Ok(None)) {
+            Ok(state) => state,
+            Err(e) if !first => {
+                eprintln!("worklease: {} (retrying)", Failure::from(e).message);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        first = false;
+        if !write_stdout_until_closed(&line(&args.election, state.as_ref(), args.json)?)? {
+            return Ok(0);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The campaign of [`Elector::run`]: campaign, report each term's events,
+//! campaign again after a loss; dropping the stream releases.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::Stream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::record::Record;
+use super::{Elector, Event, EventKind, State};
+use crate::finish::release_within;
+use crate::metrics::LeaderGauge;
+use crate::renewal::Renewal;
+use crate::token::Token;
+
+async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
+    loop {
+        let won = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tx.closed() => return,
+            r = elector.campaign() => r,
+        };
+        let (token, renewal, record) = match won {
+            Ok(won) => won,
+            Err(e) => {
+                tracing::warn!(election = %elector.inner.election, error = %e, "campaign failed; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(elector.inner.poll_interval) => continue,
+                }
+            }
+        };
+        if !lead_term(&elector, &tx, &stop, &token, &record, renewal).await {
+            return;
+        }
+    }
+}
+
+/// Reports one term of leadership: `Acquired`, `Renewed`…, `Lost`. Returns
+/// true when the term was lost (campaign again), false when the campaign
+/// must stop, after releasing the lease.
+async fn lead_term(
+    elector: &Elector,
+    tx: &mpsc::Sender<Event>,
+    stop: &CancellationToken,
+    token: &Token,
+    record: &Record,
+    mut renewal: Renewal,
+) -> bool {
+    let _is_leader = LeaderGauge::new(elector.inner.election.as_str(), renewal.lost_signal());
+    let clock = &elector.inner.clock;
+    let mut event = Some(Event {
+        kind: EventKind::Acquired,
+        state: State::of_term(token, record, clock),
+        error: None,
+    });
+    loop {
+        if let Some(ev) = event.take() {
+            let lost = ev.kind == EventKind::Lost;
+            if tx.send(ev).await.is_err() {
+                break; // the stream was dropped
+            }
+            if lost {
+                return true;
+            }
+        }
+        let change = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tx.closed() => break,
+            c = renewal.changed() => c,
+        };
+        event = Some(match change {
+            Ok(t) => Event {
+                kind: EventKind::Renewed,
+                state: State::of_term(&t, record, clock),
+                error: None,
+            },
+            Err(e) => Event {
+                kind: EventKind::Lost,
+                state: State::of_term(&renewal.token(), record, clock),
+                error: Some(e),
+            },
+        });
+    }
+    let leases = elector.inner.leases.clone();
+    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    false
+}
+
+/// The event stream of [`Elector::run`]. Dropping it stops campaigning and
+/// releases leadership (on a spawned task, bounded by the release timeout).
+pub struct Campaign {
+    rx: mpsc::Receiver<Event>,
+    stop: CancellationToken,
+}
+
+impl Campaign {
+    /// Starts campaigning on a task of its own.
+    pub(super) fn start(elector: Elector) -> Campaign {
+        let (tx, rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        tokio::spawn(campaign_loop(elector, tx, stop.clone()));
+        Campaign { rx, stop }
+    }
+}
+
+impl Stream for Campaign {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Campaign {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}

@@ -1,0 +1,271 @@
+//! Watching an election without campaigning (etcd `Observe`, client-go
+//! `OnNewLeader`, Curator `getLeader`): who leads, the value the leader
+//! publishes, its term and the transitions so far, read from the
+//! election's lease and its record, with reads only.
+//!
+//! An observer reads the lease ([`LeaseStore::inspect`]) and, where the
+//! lease carries a checkpoint, the record in it
+//! ([`LeaseStore::read_checkpoint`] with the current lease's identity: a
+//! read, never a renewal). It reads again when the store notifies that the
+//! lease may have become free ([`LeaseStore::watch`]), when the leader's
+//! lease runs out by the store's clock, and at least once per poll
+//! interval. After a notification that found nobody leading, it reads again
+//! after twice the last read's round trip, doubling up to the poll
+//! interval, so that the next leader (woken by the same notification) is
+//! seen within a few round trips instead of a poll. A new published value
+//! during a term, and a new leader on a store without notifications, are
+//! seen within one poll interval.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{FutureExt, Stream, StreamExt};
+use tokio::time::Instant;
+
+use super::record::{transitions, Record};
+use super::{Clock, State};
+use crate::error::{InvalidInput, Result};
+use crate::limits::{HolderId, WorkId};
+use crate::store::{LeaseInfo, LeaseRef, LeaseStore};
+
+/// How often an observer reads to see a new leader where no notification
+/// tells it: the default of [`observe`], as [`crate::DEFAULT_POLL_INTERVAL`].
+pub const DEFAULT_OBSERVE_INTERVAL: Duration = crate::lease::DEFAULT_POLL_INTERVAL;
+
+/// Reads who leads `election` on `store` now: `Ok(None)` when nobody does
+/// (never led, released, revoked, or expired by the store's judgement).
+/// Two reads at most (the lease, then its record); a lease that changes
+/// between them is read again.
+pub(crate) async fn read_leader(
+    store: &Arc<dyn LeaseStore>,
+    election: &WorkId,
+    clock: &Arc<dyn Clock>,
+) -> Result<Option<State>> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let infos = store.inspect(std::slice::from_ref(election)).await?;
+        let Some(info) = infos.into_iter().find(|i| !i.expired) else {
+            return Ok(None);
+        };
+        match read_record(store, &info).await {
+            Ok(record) => return Ok(Some(State::observed(&info, record, clock))),
+            // Taken over or ended between the two reads: read the new one.
+            Err(crate::Error::Fenced { .. } | crate::Error::Expired { .. }) if attempts < 3 => {}
+            Err(crate::Error::Fenced { .. } | crate::Error::Expired { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The record in the checkpoint of the lease `info` shows, if it has one.
+async fn read_record(store: &Arc<dyn LeaseStore>, info: &LeaseInfo) -> Result<Option<Record>> {
+    if info.checkpoint_bytes == 0 {
+        return Ok(None);
+    }
+    let holder = HolderId::new(info.holder_id.clone())?;
+    let checkpoint = store
+        .read_checkpoint(LeaseRef {
+            work_id: &info.work_id,
+            holder_id: &holder,
+            fencing_token: info.fencing_token,
+        })
+        .await?;
+    Ok(checkpoint.data.as_deref().and_then(Record::decode))
+}
+
+/// A stream of the leaders of one election ([`observe`],
+/// [`super::Elector::observe`]): first who leads now, then one item per
+/// change: a new leader (term), a new published value, or nobody leading
+/// (`Ok(None)`). Renewals are not changes. A store failure is an
+/// `Err` item; the stream goes on reading after one poll interval. It ends
+/// only when dropped, and writes nothing to the store.
+pub struct Observations {
+    inner: BoxStream<'static, Result<Option<State>>>,
+}
+
+impl std::fmt::Debug for Observations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observations").finish_non_exhaustive()
+    }
+}
+
+impl Stream for Observations {
+    type Item = Result<Option<State>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.poll_next_unpin(cx)
+    }
+}
+
+/// Watches `election` on `store` without campaigning: see [`Observations`].
+/// `poll_interval` bounds how late a change the store does not notify is
+/// seen ([`DEFAULT_OBSERVE_INTERVAL`] is 2 s); reads happen at most once per
+/// round trip after a notification, and once per poll interval otherwise.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use futures_util::StreamExt;
+/// use worklease::{election, store::memory::MemoryStore};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> worklease::Result<()> {
+/// let store = Arc::new(MemoryStore::new());
+/// let mut leaders = election::observe(store, "scheduler", Duration::from_millis(500))?;
+/// // The first item is who leads now: nobody yet.
+/// assert!(leaders.next().await.expect("endless")?.is_none());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`crate::Error::Invalid`] for an election name that is not a valid work
+/// ID, or a poll interval under 1 ms.
+pub fn observe(
+    store: Arc<dyn LeaseStore>,
+    election: impl Into<String>,
+    poll_interval: Duration,
+) -> Result<Observations> {
+    let election = WorkId::new(election.into())?;
+    if poll_interval < Duration::from_millis(1) {
+        return Err(InvalidInput::Config(format!(
+            "observe poll interval {poll_interval:?} must be at least 1ms"
+        ))
+        .into());
+    }
+    Ok(observations(
+        store,
+        election,
+        poll_interval,
+        Arc::new(super::SystemClock),
+    ))
+}
+
+/// The stream of [`observe`] over an election name and a poll interval
+/// already checked.
+pub(crate) fn observations(
+    store: Arc<dyn LeaseStore>,
+    election: WorkId,
+    poll_interval: Duration,
+    clock: Arc<dyn Clock>,
+) -> Observations {
+    let watcher = Watcher {
+        store,
+        election,
+        clock,
+        poll_interval,
+        last: None,
+        wait: None,
+    };
+    let inner = futures_util::stream::unfold(watcher, |mut w| async move {
+        let item = w.next_change().await;
+        Some((item, w))
+    })
+    .boxed();
+    Observations { inner }
+}
+
+/// What makes a change: the leader, its term and its value.
+type Seen = Option<(String, u64, Option<Bytes>)>;
+
+struct Watcher {
+    store: Arc<dyn LeaseStore>,
+    election: WorkId,
+    clock: Arc<dyn Clock>,
+    poll_interval: Duration,
+    /// What the last item reported (`None` before the first).
+    last: Option<Seen>,
+    /// What to wait for before the next read (`None` before the first).
+    wait: Option<BoxFuture<'static, ()>>,
+}
+
+impl Watcher {
+    async fn next_change(&mut self) -> Result<Option<State>> {
+        // After a notification that found nobody leading: the next re-read.
+        let mut quick: Option<Duration> = None;
+        loop {
+            let notified = match self.wait.take() {
+                Some(wait) => {
+                    wait.await;
+                    true
+                }
+                None => false,
+            };
+            // Registered before the read, so no change after it is missed.
+            let woken = self.store.watch(&self.election).map(|w| w.shared());
+            let started = Instant::now();
+            let read = read_leader(&self.store, &self.election, &self.clock).await;
+            let round_trip = started.elapsed();
+            let mut next = self.poll_interval;
+            match &read {
+                Ok(None) if notified || quick.is_some() => {
+                    let q = quick
+                        .map_or(round_trip * 2, |q| q * 2)
+                        .max(Duration::from_millis(1));
+                    quick = (q < self.poll_interval).then_some(q);
+                    next = q.min(self.poll_interval);
+                }
+                Ok(Some(s)) => {
+                    quick = None;
+                    if let Some(left) = s.expires_in {
+                        // Seen free once the store's clock has passed it.
+                        next = next.min(left + Duration::from_millis(1));
+                    }
+                }
+                _ => quick = None,
+            }
+            let sleep = tokio::time::sleep(next);
+            self.wait = Some(match woken {
+                Some(w) => async move {
+                    tokio::select! {
+                        _ = w => {}
+                        _ = sleep => {}
+                    }
+                }
+                .boxed(),
+                None => sleep.boxed(),
+            });
+            match read {
+                Err(e) => return Err(e),
+                Ok(state) => {
+                    let seen: Seen = state
+                        .as_ref()
+                        .map(|s| (s.owner.clone(), s.generation, s.value.clone()));
+                    if self.last.as_ref() != Some(&seen) {
+                        self.last = Some(seen);
+                        return Ok(state);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    /// The state an observer reads: the lease, and its record where the
+    /// current term wrote one (until it has, no value and no start time;
+    /// transitions as the leader will count them).
+    fn observed(info: &LeaseInfo, record: Option<Record>, clock: &Arc<dyn Clock>) -> State {
+        let (value, since, transitions) = match record {
+            Some(r) if r.term == info.fencing_token => (r.value, Some(r.since), r.transitions),
+            other => (
+                None,
+                None,
+                transitions(other.as_ref(), &info.handoff, &info.holder_id),
+            ),
+        };
+        State {
+            owner: info.holder_id.clone(),
+            generation: info.fencing_token,
+            expires_at: info.expires_at,
+            expires_in: info.expires_in,
+            value,
+            since,
+            transitions,
+            clock: clock.clone(),
+        }
+    }
+}
