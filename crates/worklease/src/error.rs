@@ -241,6 +241,13 @@ pub enum Error {
         /// The election (its work ID).
         election: String,
     },
+    /// This leader gave up its leadership ([`crate::election::Leadership::resign`]):
+    /// the cause its lost signal reports, distinct from a loss.
+    #[error("leadership of election {election:?} was given up (resigned)")]
+    Resigned {
+        /// The election (its work ID).
+        election: String,
+    },
     /// A waiting acquisition was cancelled through its cancellation token.
     #[error("waiting for the lease on {work_id:?} was cancelled")]
     Cancelled {

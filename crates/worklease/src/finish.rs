@@ -107,7 +107,7 @@ fn log_failure(e: &Error) {
 
 /// Stops the renewal, checkpoints `state` (when given) and releases, all
 /// within `timeout`; nothing is written when the lease was already lost.
-async fn finish_within(
+pub(crate) async fn finish_within(
     leases: Leases,
     renewal: Arc<Renewal>,
     state: Option<Bytes>,

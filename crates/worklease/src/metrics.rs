@@ -129,8 +129,8 @@ pub fn outcome<T>(result: &Result<T, Error>) -> &'static str {
 
 /// The kind of an error as a label value (`held`, also for a semaphore
 /// whose permits are all held and for fair waiters ahead, `expired`, `fenced`,
-/// `window_exhausted`, `no_lease`, `cancelled`, `wait_timed_out`,
-/// `invalid`, `store_error`).
+/// `window_exhausted`, `no_lease`, `resigned`, `cancelled`,
+/// `wait_timed_out`, `invalid`, `store_error`).
 pub fn error_kind(error: &Error) -> &'static str {
     match error {
         Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => "held",
@@ -138,6 +138,7 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::Fenced { .. } => "fenced",
         Error::WindowExhausted { .. } => "window_exhausted",
         Error::NoLease { .. } => "no_lease",
+        Error::Resigned { .. } => "resigned",
         Error::Cancelled { .. } => "cancelled",
         Error::WaitTimedOut { .. } => "wait_timed_out",
         Error::Invalid(_) => "invalid",

@@ -248,3 +248,69 @@ pub async fn election_bad_config(s: &Suite) {
         .is_err());
     assert!(b().ttl(Duration::ZERO).build().is_err());
 }
+
+/// A leader that resigns: its lost signal fires first, with the cause
+/// `Resigned`; a waiting candidate leads only after that (no overlap), and
+/// within one notification and a few round trips where the store notifies
+/// (one poll interval where it does not), not a TTL; a second `resign`
+/// does nothing.
+pub async fn election_resign_hands_over_without_overlap(s: &Suite) {
+    let election = s.work_id("resign");
+    let a = elector(s, s.store.clone(), &election, "cand-a");
+    let b = elector(s, s.store.clone(), &election, "cand-b");
+    let (a_leads_tx, a_leads) = tokio::sync::oneshot::channel();
+    let resign = Arc::new(Notify::new());
+    let a_resign = resign.clone();
+    let a_task = tokio::spawn(async move {
+        a.lead(|l| async move {
+            a_leads_tx.send(l.generation()).expect("test alive");
+            a_resign.notified().await;
+            let called = Instant::now();
+            let lost = l.lost();
+            let (resigned, lost_at) = tokio::join!(l.resign(), async {
+                lost.cancelled().await;
+                Instant::now()
+            });
+            resigned.expect("resign releases");
+            assert!(
+                matches!(l.lost_cause(), Some(Error::Resigned { .. })),
+                "the lost signal's cause after resign: {:?}",
+                l.lost_cause()
+            );
+            l.resign().await.expect("a second resign does nothing");
+            (called, lost_at)
+        })
+        .await
+        .expect("a leads")
+    });
+    let a_generation = a_leads.await.expect("a leads");
+    let b_task = tokio::spawn(async move {
+        b.lead(|l| async move { (Instant::now(), l.generation()) })
+            .await
+            .expect("b leads")
+    });
+    // b is waiting: its first attempt found a leading.
+    s.pass(POLL / 2).await;
+    resign.notify_one();
+    let (called, lost_at) = a_task.await.expect("a's task");
+    let (b_started, b_generation) = b_task.await.expect("b's task");
+    assert!(b_generation > a_generation, "terms increase");
+    assert!(
+        b_started >= lost_at,
+        "S1: b led before a's lost signal fired"
+    );
+    let notifies = s
+        .store
+        .watch(&WorkId::new(election.clone()).expect("valid"))
+        .is_some();
+    let bound = if notifies {
+        POLL / 5 + s.slack()
+    } else {
+        POLL + POLL / 5 + s.slack()
+    };
+    assert!(
+        b_started - called <= bound,
+        "hand-over after resign took {:?}, more than {bound:?} (store notifies: {notifies})",
+        b_started - called
+    );
+}

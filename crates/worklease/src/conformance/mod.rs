@@ -254,6 +254,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, election_dropped_lead_releases);
             $crate::conformance_tests!(@one $paused, $make, election_bad_config);
             $crate::conformance_tests!(@one $paused, $make, election_observe_follows_every_change);
+            $crate::conformance_tests!(@one $paused, $make, election_resign_hands_over_without_overlap);
 
             #[tokio::test(start_paused = $paused)]
             async fn concurrent_stress() {

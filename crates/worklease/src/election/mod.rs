@@ -10,7 +10,9 @@
 //! * [`Elector::lead`] waits to lead, runs a function with a signal that
 //!   fires the moment leadership is lost, and releases when the function
 //!   returns (bounded by the release timeout), also when the `lead` future
-//!   is dropped.
+//!   is dropped. [`Leadership::resign`] gives leadership up during the
+//!   function (the lost signal fires with [`Error::Resigned`], then the
+//!   lease is released for the next candidate).
 //! * [`Elector::run`] campaigns for as long as its [`Campaign`] stream is
 //!   polled, yielding [`Event`]s (`Acquired`, `Renewed`, `Lost`), and
 //!   campaigns again after a loss; dropping the stream releases.
@@ -38,6 +40,7 @@
 //! downstream systems and have them reject smaller ones.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -46,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::finish::FinishGuard;
+use crate::finish::{finish_within, FinishGuard};
 use crate::lease::{AcquireOptions, Config, Leases};
 use crate::limits::WorkId;
 use crate::metrics::{finish_span, LeaderGauge};
@@ -343,10 +346,13 @@ pub struct Elector {
 /// The leadership handed to [`Elector::lead`]'s function.
 pub struct Leadership {
     state: State,
+    /// Fires with the renewal's lost signal, or on [`Leadership::resign`].
     lost: CancellationToken,
     renewal: Arc<Renewal>,
     elector: Elector,
     record: tokio::sync::Mutex<Record>,
+    /// Set by [`Leadership::resign`]: the lease is released already.
+    resigned: Arc<AtomicBool>,
 }
 
 impl Leadership {
@@ -361,14 +367,45 @@ impl Leadership {
     }
 
     /// A signal that fires the moment leadership is lost (renewal fenced,
-    /// expired or window exhausted). Stop leading when it does.
+    /// expired or window exhausted) or given up ([`Leadership::resign`]).
+    /// Stop leading when it does.
     pub fn lost(&self) -> CancellationToken {
         self.lost.clone()
     }
 
-    /// Why leadership was lost, once it was.
+    /// Why leadership was lost, once it was: [`Error::Resigned`] after
+    /// [`Leadership::resign`], else the renewal's cause (`Fenced`,
+    /// `Expired`, `WindowExhausted`).
     pub fn lost_cause(&self) -> Option<Error> {
+        if self.resigned.load(Ordering::SeqCst) {
+            return Some(Error::Resigned {
+                election: self.elector.inner.election.to_string(),
+            });
+        }
         self.renewal.lost_cause()
+    }
+
+    /// Gives leadership up now (etcd `Resign`, Vault `step-down`): the lost
+    /// signal fires first (cause [`Error::Resigned`]), so the work stops,
+    /// then renewal stops and the lease is released (bounded by the release
+    /// timeout), so that a waiting candidate leads within one notification
+    /// and one round trip where the store notifies, one poll interval
+    /// otherwise. [`Elector::lead`] then returns when the function does,
+    /// without releasing again; campaign again by calling it again. A
+    /// second call does nothing.
+    ///
+    /// # Errors
+    /// The release's error ([`Error::Store`] when the store failed or the
+    /// release timeout ran out: the lease then ends at its TTL, as it does
+    /// after a crash); the cause when leadership was lost before.
+    pub async fn resign(&self) -> Result<()> {
+        if self.resigned.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.lost.cancel();
+        let leases = self.elector.inner.leases.clone();
+        let timeout = self.elector.inner.release_timeout;
+        finish_within(leases, self.renewal.clone(), None, timeout).await
     }
 
     /// The latest lease token (renewals extend it).
@@ -592,21 +629,28 @@ impl Elector {
     {
         let (token, renewal, record) = self.campaign().await?;
         let renewal = Arc::new(renewal);
-        let _is_leader = LeaderGauge::new(self.inner.election.as_str(), renewal.lost_signal());
+        let lost = renewal.lost_signal().child_token();
+        let _is_leader = LeaderGauge::new(self.inner.election.as_str(), lost.clone());
         let guard = FinishGuard::new(
             self.inner.leases.clone(),
             renewal.clone(),
             self.inner.release_timeout,
         );
+        let resigned = Arc::new(AtomicBool::new(false));
         let leadership = Leadership {
             state: State::of_term(&token, &record, &self.inner.clock),
-            lost: renewal.lost_signal(),
+            lost,
             renewal,
             elector: self.clone(),
             record: tokio::sync::Mutex::new(record),
+            resigned: resigned.clone(),
         };
         let out = f(leadership).await;
-        guard.release().await;
+        if resigned.load(Ordering::SeqCst) {
+            guard.abandon(); // released by `resign`
+        } else {
+            guard.release().await;
+        }
         Ok(out)
     }
 
