@@ -314,3 +314,104 @@ pub async fn election_resign_hands_over_without_overlap(s: &Suite) {
         b_started - called
     );
 }
+
+/// A step-down request from a process that does not campaign: the leader's
+/// lost signal fires with `Resigned` within one renewal interval (one
+/// notification where the store notifies), a waiting candidate leads only
+/// after that, a request naming an earlier term leaves the new leader
+/// alone, and a `run()` leader reports `Lost` with `Resigned` and waits its
+/// back-off before it campaigns again.
+pub async fn election_step_down_request_is_honoured(s: &Suite) {
+    let election = s.work_id("step-down");
+    let a = elector(s, s.store.clone(), &election, "cand-a");
+    let (a_leads_tx, a_leads) = tokio::sync::oneshot::channel();
+    let a_task = tokio::spawn(async move {
+        a.lead(|l| async move {
+            a_leads_tx.send(l.generation()).expect("test alive");
+            l.lost().cancelled().await;
+            (Instant::now(), l.lost_cause())
+        })
+        .await
+        .expect("a leads")
+    });
+    let a_term = a_leads.await.expect("a leads");
+    let b = Elector::builder(s.store.clone(), election.as_str(), "cand-b")
+        .ttl(s.ttl)
+        .poll_interval(POLL)
+        .resign_backoff(s.ttl * 2)
+        .build()
+        .expect("valid elector");
+    let mut b_events = b.run();
+    s.pass(POLL / 2).await;
+    let asked_at = Instant::now();
+    let asked = crate::election::request_step_down(s.store.clone(), election.as_str(), "ops")
+        .await
+        .expect("a leads: the request is made");
+    assert_eq!((asked.owner.as_str(), asked.generation), ("cand-a", a_term));
+    let (a_lost_at, cause) = a_task.await.expect("a's task");
+    assert!(
+        matches!(cause, Some(Error::Resigned { .. })),
+        "a step-down ends leadership with Resigned, got {cause:?}"
+    );
+    let notifies = s
+        .store
+        .watch(&WorkId::new(format!("{election}/step-down")).expect("valid"))
+        .is_some();
+    // The renewal interval is TTL/3.
+    let bound = if notifies { POLL / 5 } else { s.ttl / 3 } + s.slack();
+    assert!(
+        a_lost_at - asked_at <= bound,
+        "the leader stepped down {:?} after the request, more than {bound:?}",
+        a_lost_at - asked_at
+    );
+    let acquired = b_events.next().await.expect("b campaigns");
+    assert_eq!(acquired.kind, EventKind::Acquired);
+    assert!(acquired.state.generation > a_term);
+
+    // A request for a's term, made late, leaves b leading.
+    let late = s.holder_on(s.store.clone(), &format!("{a_term}/late-ops"));
+    let token = late
+        .acquire(&format!("{election}/step-down"), super::fast())
+        .await
+        .expect("the request lease is free");
+    late.release(token).await.expect("release the request");
+    let quiet = tokio::time::timeout(s.ttl / 3 + s.slack(), async {
+        loop {
+            let ev = b_events.next().await.expect("b campaigns");
+            if ev.kind != EventKind::Renewed {
+                return ev;
+            }
+        }
+    })
+    .await;
+    assert!(
+        quiet.is_err(),
+        "a request for an earlier term ended b's term: {quiet:?}"
+    );
+
+    // A request for b's term: Lost with Resigned, then no campaign for
+    // its back-off (2 TTLs) while nobody else runs.
+    crate::election::request_step_down(s.store.clone(), election.as_str(), "ops")
+        .await
+        .expect("b leads");
+    let lost = loop {
+        let ev = b_events.next().await.expect("b campaigns");
+        if ev.kind != EventKind::Renewed {
+            break ev;
+        }
+    };
+    assert_eq!(lost.kind, EventKind::Lost);
+    assert!(
+        matches!(lost.error, Some(Error::Resigned { .. })),
+        "{:?}",
+        lost.error
+    );
+    let lost_at = Instant::now();
+    let again = b_events.next().await.expect("b campaigns again");
+    assert_eq!(again.kind, EventKind::Acquired);
+    assert!(
+        lost_at.elapsed() >= s.ttl * 2,
+        "b campaigned again {:?} after stepping down, before its back-off",
+        lost_at.elapsed()
+    );
+}

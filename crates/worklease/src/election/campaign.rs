@@ -10,7 +10,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::record::Record;
+use super::step_down;
 use super::{Elector, Event, EventKind, State};
+use crate::error::Error;
 use crate::finish::release_within;
 use crate::metrics::LeaderGauge;
 use crate::renewal::Renewal;
@@ -57,6 +59,20 @@ async fn lead_term(
         state: State::of_term(token, record, clock),
         error: None,
     });
+    let watching = CancellationToken::new();
+    let _stop_watching = watching.clone().drop_guard();
+    let requested = async {
+        match step_down::requests_id(&elector.inner.election) {
+            Ok(requests) => {
+                let store = elector.inner.leases.store().clone();
+                let interval = elector.inner.renew_interval;
+                step_down::requested(store, requests, token.fencing_token(), interval, watching)
+                    .await
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::pin!(requested);
     loop {
         if let Some(ev) = event.take() {
             let lost = ev.kind == EventKind::Lost;
@@ -71,6 +87,9 @@ async fn lead_term(
             _ = stop.cancelled() => break,
             _ = tx.closed() => break,
             c = renewal.changed() => c,
+            true = &mut requested => {
+                return step_down(elector, tx, stop, record, renewal).await;
+            }
         };
         event = Some(match change {
             Ok(t) => Event {
@@ -88,6 +107,41 @@ async fn lead_term(
     let leases = elector.inner.leases.clone();
     release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
     false
+}
+
+/// A step-down request for this term arrived: release, report `Lost` with
+/// [`Error::Resigned`], wait the resign back-off (one TTL by default), and
+/// campaign again (true) unless the stream was dropped meanwhile.
+async fn step_down(
+    elector: &Elector,
+    tx: &mpsc::Sender<Event>,
+    stop: &CancellationToken,
+    record: &Record,
+    renewal: Renewal,
+) -> bool {
+    tracing::info!(election = %elector.inner.election, "step-down requested: resigning");
+    let state = State::of_term(&renewal.token(), record, &elector.inner.clock);
+    let leases = elector.inner.leases.clone();
+    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    let lost = Event {
+        kind: EventKind::Lost,
+        state,
+        error: Some(Error::Resigned {
+            election: elector.inner.election.to_string(),
+        }),
+    };
+    if tx.send(lost).await.is_err() {
+        return false;
+    }
+    let backoff = elector
+        .inner
+        .resign_backoff
+        .unwrap_or_else(|| elector.inner.leases.ttl());
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tx.closed() => false,
+        _ = tokio::time::sleep(backoff) => true,
+    }
 }
 
 /// The event stream of [`Elector::run`]. Dropping it stops campaigning and

@@ -60,10 +60,12 @@ use crate::token::Token;
 mod campaign;
 mod observe;
 mod record;
+mod step_down;
 
 pub use campaign::Campaign;
 pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
 use record::{check_value, Record};
+pub use step_down::{request_step_down, REQUEST_TTL};
 
 /// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses
 /// it only to report [`State::is_expired`] and [`State::ttl`]; no decision
@@ -186,6 +188,7 @@ pub struct ElectorBuilder {
     release_timeout: Duration,
     clock: Arc<dyn Clock>,
     value: Option<Bytes>,
+    resign_backoff: Option<Duration>,
 }
 
 impl ElectorBuilder {
@@ -223,6 +226,15 @@ impl ElectorBuilder {
         self
     }
 
+    /// How long [`Elector::run`] waits, after its leader stepped down on a
+    /// request ([`request_step_down`]), before it campaigns again, so that
+    /// a standby takes over first; default one TTL. [`Elector::lead`]
+    /// returns instead: its caller decides when to campaign again.
+    pub fn resign_backoff(mut self, backoff: Duration) -> Self {
+        self.resign_backoff = Some(backoff);
+        self
+    }
+
     /// A value this candidate publishes while it leads (etcd `Proclaim`):
     /// its address, say, so that followers forward to it. Observers
     /// ([`Elector::leader`], [`Elector::observe`]) read it with the leader;
@@ -252,7 +264,7 @@ impl ElectorBuilder {
             Some(i) => RenewalOptions::new().interval(i),
             None => RenewalOptions::new(),
         };
-        let elector = Elector::from_leases(
+        let mut elector = Elector::from_leases(
             leases,
             self.election,
             renewal,
@@ -260,11 +272,10 @@ impl ElectorBuilder {
             self.release_timeout,
             self.clock,
         )?;
-        *elector
-            .inner
-            .value
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = self.value;
+        if let Some(inner) = Arc::get_mut(&mut elector.inner) {
+            *inner.value.get_mut().unwrap_or_else(|p| p.into_inner()) = self.value;
+            inner.resign_backoff = self.resign_backoff;
+        }
         Ok(elector)
     }
 }
@@ -281,7 +292,7 @@ impl Elector {
         clock: Arc<dyn Clock>,
     ) -> Result<Elector> {
         let election = WorkId::new(election)?;
-        renewal.check(&leases)?;
+        let renew_interval = renewal.check(&leases)?;
         let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
         if poll_interval < Duration::from_millis(1) {
             return rule(format!(
@@ -302,6 +313,8 @@ impl Elector {
                 release_timeout,
                 clock,
                 value: std::sync::Mutex::new(None),
+                renew_interval,
+                resign_backoff: None,
             }),
         })
     }
@@ -317,6 +330,11 @@ struct ElectorInner {
     /// The value the next term publishes ([`ElectorBuilder::publish`], the
     /// latest [`Leadership::publish`]).
     value: std::sync::Mutex<Option<Bytes>>,
+    /// How often the leader renews (and reads step-down requests).
+    renew_interval: Duration,
+    /// How long [`Elector::run`] waits after a step-down before it
+    /// campaigns again; `None`: one TTL.
+    resign_backoff: Option<Duration>,
 }
 
 /// One candidate in one election (hoplock: `Elector`). Cheap to clone.
@@ -399,13 +417,28 @@ impl Leadership {
     /// release timeout ran out: the lease then ends at its TTL, as it does
     /// after a crash); the cause when leadership was lost before.
     pub async fn resign(&self) -> Result<()> {
-        if self.resigned.swap(true, Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.lost.cancel();
-        let leases = self.elector.inner.leases.clone();
-        let timeout = self.elector.inner.release_timeout;
-        finish_within(leases, self.renewal.clone(), None, timeout).await
+        resign_term(&self.elector, &self.resigned, &self.lost, &self.renewal).await
+    }
+
+    /// Asks this leadership to step down when a step-down request for its
+    /// term arrives ([`request_step_down`]): a task that ends with `stop`.
+    fn honour_step_down(&self, stop: CancellationToken) {
+        let Ok(requests) = step_down::requests_id(&self.elector.inner.election) else {
+            return; // the election's name leaves no room for requests: none can be made
+        };
+        let (elector, resigned) = (self.elector.clone(), self.resigned.clone());
+        let (lost, renewal) = (self.lost.clone(), self.renewal.clone());
+        let term = self.state.generation;
+        tokio::spawn(async move {
+            let store = elector.inner.leases.store().clone();
+            let interval = elector.inner.renew_interval;
+            if step_down::requested(store, requests, term, interval, stop).await {
+                tracing::info!(election = %elector.inner.election, term, "step-down requested: resigning");
+                if let Err(e) = resign_term(&elector, &resigned, &lost, &renewal).await {
+                    tracing::warn!(error = %e, "resigning on a step-down request failed");
+                }
+            }
+        });
     }
 
     /// The latest lease token (renewals extend it).
@@ -458,6 +491,23 @@ impl Leadership {
     }
 }
 
+/// [`Leadership::resign`]: once only, the lost signal first, then the
+/// release.
+async fn resign_term(
+    elector: &Elector,
+    resigned: &AtomicBool,
+    lost: &CancellationToken,
+    renewal: &Arc<Renewal>,
+) -> Result<()> {
+    if resigned.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    lost.cancel();
+    let leases = elector.inner.leases.clone();
+    let timeout = elector.inner.release_timeout;
+    finish_within(leases, renewal.clone(), None, timeout).await
+}
+
 impl Elector {
     /// A candidate `owner` in `election` on `store`, with defaults: TTL
     /// 15 s, renew interval TTL/3, poll interval 2 s, release timeout 5 s,
@@ -477,6 +527,7 @@ impl Elector {
             release_timeout: Duration::from_secs(5),
             clock: Arc::new(SystemClock),
             value: None,
+            resign_backoff: None,
         }
     }
 
@@ -527,6 +578,20 @@ impl Elector {
             .ok_or_else(|| Error::NoLease {
                 election: self.inner.election.to_string(),
             })
+    }
+
+    /// Asks the current leader of this election to step down
+    /// ([`request_step_down`], with this elector's owner as the requester).
+    ///
+    /// # Errors
+    /// As [`request_step_down`].
+    pub async fn request_step_down(&self) -> Result<State> {
+        request_step_down(
+            self.inner.leases.store().clone(),
+            self.inner.election.to_string(),
+            self.owner().to_string(),
+        )
+        .await
     }
 
     /// Watches this election without campaigning ([`observe`]) with this
@@ -645,6 +710,9 @@ impl Elector {
             record: tokio::sync::Mutex::new(record),
             resigned: resigned.clone(),
         };
+        let stop_watching = CancellationToken::new();
+        let _stop_on_drop = stop_watching.clone().drop_guard();
+        leadership.honour_step_down(stop_watching);
         let out = f(leadership).await;
         if resigned.load(Ordering::SeqCst) {
             guard.abandon(); // released by `resign`

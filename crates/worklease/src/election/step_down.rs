@@ -1,0 +1,154 @@
+//! Step-down requests: any process asks the current leader to give up
+//! (Vault `operator step-down`, etcd `Resign` from outside, Curator's
+//! cooperative revocation), as opposed to taking its lease away
+//! (`revoke`, `worklease release --force`), which leaves its work running
+//! until its next renewal fails.
+//!
+//! A request is a lease of its own, on the work ID `ELECTION/step-down`:
+//! the requester acquires it with the holder ID `TERM/REQUESTER`, naming
+//! the term it asks to end, and releases it at once. The release wakes the
+//! leader where the store notifies ([`LeaseStore::watch`]); the leader also
+//! reads the request lease once per renewal interval. A leader resigns
+//! ([`super::Leadership::resign`]) when the request names its own term, so
+//! a request that arrives after a hand-over never ends the next term, and
+//! the request lease's fencing token counts the requests. Nothing new in
+//! the store contract: every store has step-down requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::observe::read_leader;
+use super::{Clock, State, SystemClock};
+use crate::error::{Error, InvalidInput, Result};
+use crate::lease::{AcquireOptions, Config, Leases};
+use crate::limits::{WorkId, MAX_WORK_ID_BYTES};
+use crate::store::LeaseStore;
+
+/// What follows the election's name in the work ID of its requests.
+const SUFFIX: &str = "/step-down";
+
+/// The TTL of a request's lease: how long a requester that died between
+/// its acquisition and its release delays the next request.
+pub const REQUEST_TTL: Duration = Duration::from_secs(10);
+
+/// The work ID of `election`'s step-down requests.
+///
+/// # Errors
+/// [`Error::Invalid`] when `election` is too long to carry the suffix.
+pub(crate) fn requests_id(election: &WorkId) -> Result<WorkId> {
+    let id = format!("{election}{SUFFIX}");
+    if id.len() > MAX_WORK_ID_BYTES {
+        return Err(InvalidInput::Config(format!(
+            "election name {:?} is too long for step-down requests: {:?} must be at most \
+             {MAX_WORK_ID_BYTES} bytes",
+            election.as_str(),
+            id
+        ))
+        .into());
+    }
+    Ok(WorkId::new(id)?)
+}
+
+/// Asks the current leader of `election` on `store` to step down, as
+/// `requester` (a holder ID, for the record): the leader resigns when it
+/// sees the request, at once where the store notifies, within one
+/// renewal interval otherwise, and its standbys campaign. Returns the
+/// leader that was asked. Three store round trips (read the leader,
+/// acquire and release the request lease); it waits, up to
+/// [`REQUEST_TTL`], while another request is being made.
+///
+/// A request asks; it does not take leadership away: a leader that cannot
+/// reach the store goes on until its deadline, as after any loss.
+///
+/// # Errors
+/// [`Error::NoLease`] when nobody leads; [`Error::Invalid`] for a bad
+/// election name or requester; [`Error::WaitTimedOut`] when another
+/// request's lease stayed held for [`REQUEST_TTL`]; [`Error::Store`] when
+/// the store fails.
+pub async fn request_step_down(
+    store: Arc<dyn LeaseStore>,
+    election: impl Into<String>,
+    requester: impl Into<String>,
+) -> Result<State> {
+    let election = WorkId::new(election.into())?;
+    let id = requests_id(&election)?;
+    let requester = requester.into();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let leader = read_leader(&store, &election, &clock)
+        .await?
+        .ok_or_else(|| Error::NoLease {
+            election: election.to_string(),
+        })?;
+    let holder = format!("{}/{requester}", leader.generation);
+    let leases = Leases::new(store, Config::new(holder, REQUEST_TTL))?;
+    let wait = AcquireOptions::new()
+        .wait_for_lease()
+        .wait_timeout(REQUEST_TTL + Duration::from_secs(1));
+    let token = leases.acquire(id.as_str(), wait).await?;
+    leases.release(token).await?;
+    tracing::info!(election = %election, leader = %leader.owner, term = leader.generation, "asked the leader to step down");
+    Ok(leader)
+}
+
+/// Completes when a step-down request for `term` is seen on `requests`:
+/// read at once, when the store notifies, and every `interval`; a failed
+/// read is tried again at the next of those. Ends early when `stop` fires.
+pub(crate) async fn requested(
+    store: Arc<dyn LeaseStore>,
+    requests: WorkId,
+    term: u64,
+    interval: Duration,
+    stop: CancellationToken,
+) -> bool {
+    loop {
+        let woken = store.watch(&requests);
+        match store.inspect(std::slice::from_ref(&requests)).await {
+            Ok(infos) if infos.iter().any(|i| names_term(&i.holder_id, term)) => return true,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "reading step-down requests failed; trying again")
+            }
+        }
+        let sleep = tokio::time::sleep(interval);
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = sleep => {}
+            _ = async { if let Some(w) = woken { w.await } else { std::future::pending().await } } => {}
+        }
+    }
+}
+
+/// True when a request lease's holder ID names `term`.
+fn names_term(holder: &str, term: u64) -> bool {
+    holder
+        .split_once('/')
+        .is_some_and(|(t, _)| t.parse::<u64>() == Ok(term))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_names_one_term() {
+        assert!(names_term("7/ops", 7));
+        assert!(names_term("7/a/b", 7));
+        assert!(!names_term("17/ops", 7));
+        assert!(!names_term("7", 7));
+        assert!(!names_term("x/7", 7));
+    }
+
+    #[test]
+    fn an_election_too_long_for_the_suffix_is_refused_naming_the_limit() {
+        let long = WorkId::new("e".repeat(MAX_WORK_ID_BYTES - 3)).expect("valid");
+        let e = requests_id(&long).unwrap_err();
+        assert!(e.to_string().contains("1024"), "{e}");
+        let ok = WorkId::new("scheduler").expect("valid");
+        assert_eq!(
+            requests_id(&ok).expect("fits").as_str(),
+            "scheduler/step-down"
+        );
+    }
+}
