@@ -12,7 +12,12 @@
 //!    (at the deadline when renewal failed), exit 76.
 //! 4. The child exits while leading: release (a standby leads at its next
 //!    poll) and exit with the child's status.
+//! 5. A step-down request (`worklease leader --step-down`): the child is
+//!    stopped as on a loss, the lease released, and this process stays up
+//!    as a standby, campaigning again after `--backoff` (one TTL by
+//!    default), so that a waiting candidate takes over first.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use nix::sys::signal::Signal;
@@ -55,63 +60,109 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     }
     tracing::info!(election = %args.election, owner = elector.owner(), "campaigning");
     // The signals belong to the campaign until this process leads, then to
-    // the child's supervision: `leading` hands them over.
+    // the child's supervision: `leading` hands them over, for each term.
     let signals = Arc::new(Mutex::new(Signals::install()?));
-    let leading = CancellationToken::new();
-    // Later store failures while campaigning (a restarting server, an etcd
-    // leader change) are retried after --poll, as `run --wait` does: a
-    // standby that exits on the first one leaves the election without one.
-    let lead = async {
-        loop {
-            let attempt = elector
-                .lead(|l| {
-                    let (signals, leading) = (signals.clone(), leading.clone());
-                    let command = &args.command;
-                    let child_url = child_url.clone();
-                    let progress = &progress;
-                    async move {
-                        progress.stop();
-                        leading.cancel();
-                        let mut signals = signals.lock().await;
-                        let token = l.token();
-                        tracing::info!(generation = l.generation(), "leading");
-                        let child = spawn(command, &token, &child_url)
-                            .await
-                            .map_err(|e| cannot_run(command, e))?;
-                        let describe = || {
-                            l.lost_cause().map_or_else(
-                                || format!("lost the leadership of {:?}", token.work_id().as_str()),
-                                |e| e.to_string(),
-                            )
-                        };
-                        supervise(child, &l, describe, grace, &mut signals).await
-                    }
-                })
-                .await;
-            match attempt {
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "store failed while campaigning; retrying");
-                    tokio::time::sleep(args.poll).await;
+    let backoff = args.backoff.unwrap_or(args.ttl);
+    loop {
+        let leading = CancellationToken::new();
+        let stepped_down = AtomicBool::new(false);
+        let lead = campaign(
+            &args,
+            &elector,
+            &signals,
+            &leading,
+            &stepped_down,
+            &child_url,
+            grace,
+            &progress,
+        );
+        tokio::pin!(lead);
+        let outcome = tokio::select! {
+            outcome = &mut lead => outcome,
+            sig = signal_while_campaigning(&signals, &leading) => match sig {
+                Some(sig) => {
+                    progress.stop();
+                    eprintln!(
+                        "worklease: {sig} while campaigning for {:?}: gave up",
+                        args.election.as_str()
+                    );
+                    return Ok(128 + sig as u8);
                 }
-                other => break other,
+                None => lead.await,
+            },
+        };
+        if !stepped_down.load(Ordering::SeqCst) {
+            return finish(&args, outcome);
+        }
+        // Asked to step down: the child was stopped as on a loss and the
+        // lease released; stand by, and campaign again after the back-off
+        // so that a waiting candidate takes over first.
+        eprintln!(
+            "worklease: stepped down from {:?} on request; campaigning again in {}",
+            args.election.as_str(),
+            humantime::format_duration(backoff)
+        );
+        let mut signals = signals.lock().await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            Some(sig) = signals.next_terminating() => {
+                eprintln!("worklease: {sig} while standing by for {:?}", args.election.as_str());
+                return Ok(128 + sig as u8);
             }
         }
-    };
-    tokio::pin!(lead);
-    let interrupted = tokio::select! {
-        outcome = &mut lead => return finish(&args, outcome),
-        sig = signal_while_campaigning(&signals, &leading) => sig,
-    };
-    match interrupted {
-        Some(sig) => {
-            progress.stop();
-            eprintln!(
-                "worklease: {sig} while campaigning for {:?}: gave up",
-                args.election.as_str()
-            );
-            Ok(128 + sig as u8)
+    }
+}
+
+/// One campaign: wait to lead, run the child while leading. Store failures
+/// while campaigning (a restarting server, an etcd leader change) are
+/// retried after --poll, as `run --wait` does: a standby that exits on the
+/// first one leaves the election without one. Sets `stepped_down` when
+/// the term ended on a step-down request.
+#[allow(clippy::too_many_arguments)]
+async fn campaign(
+    args: &ElectArgs,
+    elector: &Elector,
+    signals: &Arc<Mutex<Signals>>,
+    leading: &CancellationToken,
+    stepped_down: &AtomicBool,
+    child_url: &str,
+    grace: std::time::Duration,
+    progress: &Progress,
+) -> worklease::Result<Result<(u8, bool), Failure>> {
+    loop {
+        let attempt = elector
+            .lead(|l| {
+                let command = &args.command;
+                async move {
+                    progress.stop();
+                    leading.cancel();
+                    let mut signals = signals.lock().await;
+                    let token = l.token();
+                    tracing::info!(generation = l.generation(), "leading");
+                    let child = spawn(command, &token, child_url)
+                        .await
+                        .map_err(|e| cannot_run(command, e))?;
+                    let describe = || {
+                        l.lost_cause().map_or_else(
+                            || format!("lost the leadership of {:?}", token.work_id().as_str()),
+                            |e| e.to_string(),
+                        )
+                    };
+                    let outcome = supervise(child, &l, describe, grace, &mut signals).await;
+                    if matches!(l.lost_cause(), Some(Error::Resigned { .. })) {
+                        stepped_down.store(true, Ordering::SeqCst);
+                    }
+                    outcome
+                }
+            })
+            .await;
+        match attempt {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "store failed while campaigning; retrying");
+                tokio::time::sleep(args.poll).await;
+            }
+            other => return other,
         }
-        None => finish(&args, lead.await),
     }
 }
 

@@ -8,9 +8,10 @@ use clap::Args;
 use futures_util::StreamExt;
 use serde::Serialize;
 use worklease::election::{self, State};
-use worklease::WorkId;
+use worklease::{Error, WorkId};
 
 use crate::exit::{self, Failure};
+use crate::run::default_holder;
 use crate::status::{write_stdout, write_stdout_until_closed, StopSignals};
 use crate::{parse_poll, parse_work_id, StoreArg};
 
@@ -30,8 +31,14 @@ change is seen at once where the store notifies a release (all but S3),
 a new leader within a few round trips after that, and anything else
 within --poll.
 
+--step-down asks the leader to give up instead (it sees the request at
+once where the store notifies, within a third of its TTL otherwise): its
+`worklease elect` stops the child as on a loss, releases, and stands by
+for --backoff before campaigning again, so that a standby takes over.
+
 Examples:
   worklease leader nightly-report
+  worklease leader --step-down scheduler
   worklease leader --json --watch scheduler";
 
 /// Arguments of `worklease leader`.
@@ -47,6 +54,13 @@ pub struct LeaderArgs {
     /// Print a line per change until SIGINT (Ctrl-C) or SIGTERM, then exit 0.
     #[arg(long)]
     watch: bool,
+
+    /// Ask the current leader to step down instead: its `worklease elect`
+    /// stops its child as on a loss, releases, and campaigns again only
+    /// after its --backoff, so that a standby takes over. Prints who was
+    /// asked; exits 69 when nobody leads.
+    #[arg(long, conflicts_with_all = ["watch", "json"])]
+    step_down: bool,
 
     /// With --watch: how late at most a change the store does not notify
     /// (a published value; a new leader on S3) is seen.
@@ -126,17 +140,42 @@ fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>,
     Ok(out)
 }
 
+/// Exit 69: nobody leads `election`.
+fn no_leader(election: &WorkId) -> Failure {
+    Failure::new(
+        exit::UNAVAILABLE,
+        format!("election {:?} has no leader", election.as_str()),
+    )
+}
+
 /// Runs `worklease leader` and returns its exit status.
 pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
     let (_, store) = args.store.open_existing()?;
+    if args.step_down {
+        let asked = match election::request_step_down(
+            store,
+            args.election.as_str(),
+            default_holder(),
+        )
+        .await
+        {
+            Err(Error::NoLease { .. }) => return Err(no_leader(&args.election)),
+            other => other?,
+        };
+        let text = format!(
+            "asked {:?} (term {}) to step down from {:?}\n",
+            asked.owner,
+            asked.generation,
+            args.election.as_str()
+        );
+        write_stdout(text.as_bytes())?;
+        return Ok(0);
+    }
     let mut changes = election::observe(store, args.election.as_str(), args.poll)?;
     if !args.watch {
         let now = changes.next().await.unwrap_or(Ok(None))?;
         let Some(state) = now else {
-            return Err(Failure::new(
-                exit::UNAVAILABLE,
-                format!("election {:?} has no leader", args.election.as_str()),
-            ));
+            return Err(no_leader(&args.election));
         };
         write_stdout(&line(&args.election, Some(&state), args.json)?)?;
         return Ok(0);

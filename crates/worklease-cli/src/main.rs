@@ -636,6 +636,12 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
 
+    /// After stepping down on a request (`worklease leader --step-down`):
+    /// how long this process stands by before it campaigns again, so that
+    /// a waiting candidate takes over first [default: the TTL].
+    #[arg(long, value_name = "DURATION", value_parser = parse_poll)]
+    backoff: Option<Duration>,
+
     /// A value to publish while leading (the leader's address, say), at
     /// most 4096 bytes: `worklease leader ELECTION` shows it with the
     /// leader, so that followers can forward to it.

@@ -45,31 +45,74 @@ fn a_published_value_over_the_limit_is_a_usage_error_before_the_store_is_touched
     );
 }
 
-/// `elect` as `holder`, publishing `value`, with a child that touches
-/// `$D/<holder>.started` and runs until `$D/<holder>.stop` exists.
+/// `elect` as `holder`, publishing `value`, standing by for 2 s after a
+/// step-down, with a child that appends its fencing token to
+/// `$D/<holder>.terms`, touches `$D/<holder>.started` and runs until
+/// `$D/<holder>.stop` exists.
 fn candidate(w: &World, holder: &str, value: &str) -> Running {
     let child = format!(
-        "touch \"$D/{holder}.started\"; while [ ! -e \"$D/{holder}.stop\" ]; do sleep 0.02; done"
+        "echo \"$WORKLEASE_FENCING_TOKEN\" >> \"$D/{holder}.terms\"; touch \"$D/{holder}.started\"; \
+         while [ ! -e \"$D/{holder}.stop\" ]; do sleep 0.02; done"
     );
-    spawn(
-        w,
-        &[
-            "elect",
-            "--ttl",
-            "3s",
-            "--poll",
-            "200ms",
-            "--holder",
-            holder,
-            "--publish",
-            value,
-            "sched",
-            "--",
-            "sh",
-            "-c",
-            &child,
-        ],
-    )
+    let args = [
+        "elect",
+        "--ttl",
+        "3s",
+        "--poll",
+        "200ms",
+        "--backoff",
+        "2s",
+        "--holder",
+        holder,
+        "--publish",
+        value,
+        "sched",
+        "--",
+        "sh",
+        "-c",
+        &child,
+    ];
+    spawn(w, &args)
+}
+
+fn terms(w: &World, holder: &str) -> usize {
+    std::fs::read_to_string(w.path(&format!("{holder}.terms"))).map_or(0, |t| t.lines().count())
+}
+
+#[test]
+fn a_leader_asked_to_step_down_hands_over_and_stands_by() {
+    let w = World::new();
+    let mut a = candidate(&w, "a", "10.0.0.1:80");
+    wait_for_file(&w, "a.started");
+    let _b = candidate(&w, "b", "10.0.0.2:80");
+    let asked = output(&w, &["leader", "--step-down", "sched"]);
+    assert!(asked.status.success(), "{}", stderr(&asked));
+    assert!(
+        String::from_utf8_lossy(&asked.stdout).contains("asked \"a\""),
+        "{}",
+        String::from_utf8_lossy(&asked.stdout)
+    );
+    wait_for_file(&w, "b.started");
+    let now = output(&w, &["leader", "--json", "sched"]);
+    let now = json_line(String::from_utf8_lossy(&now.stdout).trim());
+    assert_eq!(
+        (now["holder_id"].as_str(), now["transitions"].as_u64()),
+        (Some("b"), Some(1))
+    );
+    assert!(
+        a.0.try_wait().expect("try_wait").is_none(),
+        "a leader that stepped down stays up as a standby"
+    );
+    // b's child ends: b releases and exits 0; a campaigns again (after its
+    // back-off) and leads a second term.
+    std::fs::write(w.path("b.stop"), "").expect("stop b");
+    assert!(
+        common::poll_until(common::LONG, || terms(&w, "a") == 2),
+        "a did not lead again after b let go"
+    );
+    std::fs::write(w.path("a.stop"), "").expect("stop a");
+    let code = common::wait_exit(a);
+    assert_eq!(code, 0);
 }
 
 #[test]
