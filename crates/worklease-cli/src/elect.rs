@@ -51,6 +51,9 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     if let Some(value) = &args.publish {
         builder = builder.publish(value.clone());
     }
+    if let Some(priority) = args.priority {
+        builder = builder.priority(priority);
+    }
     let elector = builder.build()?;
     // A store that answers nothing at all is a configuration error: say
     // so at once (exit 69) instead of campaigning against it forever.

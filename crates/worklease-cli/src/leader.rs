@@ -21,7 +21,8 @@ Reads only: the election's lease and the record its leader writes (the
 value it publishes with `elect --publish`, when its term started, the
 transitions so far). Prints one line: the leader, or with --json one JSON
 object with the fields election, holder_id, value, fencing_token,
-transitions and since (holder_id and the rest null when nobody leads).
+transitions, priority and since (holder_id and the rest null when nobody
+leads).
 A value that is not UTF-8 is printed with U+FFFD in place of bad bytes.
 
 Without --watch, an election that nobody leads exits 69 with a message.
@@ -80,6 +81,7 @@ struct LeaderJson<'a> {
     value: Option<String>,
     fencing_token: Option<u64>,
     transitions: Option<u64>,
+    priority: Option<i32>,
     /// RFC 3339, by the leader's wall clock; null until the new leader has
     /// written its record.
     since: Option<String>,
@@ -93,6 +95,7 @@ impl<'a> LeaderJson<'a> {
             value: state.and_then(value_text),
             fencing_token: state.map(|s| s.generation),
             transitions: state.map(|s| s.transitions),
+            priority: state.map(|s| s.priority),
             since: state
                 .and_then(|s| s.since)
                 .map(|t| humantime::format_rfc3339_millis(t).to_string()),
@@ -123,6 +126,9 @@ fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>,
                     s.generation,
                     s.transitions
                 );
+                if s.priority != 0 {
+                    text.push_str(&format!(", priority {}", s.priority));
+                }
                 if let Some(since) = s.since {
                     text.push_str(&format!(
                         ", since {}",

@@ -636,6 +636,13 @@ pub struct ElectArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
 
+    /// This candidate's priority: while standing by, it asks a leader of a
+    /// lower priority to step down (once per term); equal priorities never
+    /// do, so leadership does not swing between them [default: none, 0 as
+    /// a leader, and no asking].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    priority: Option<i32>,
+
     /// After stepping down on a request (`worklease leader --step-down`):
     /// how long this process stands by before it campaigns again, so that
     /// a waiting candidate takes over first [default: the TTL].

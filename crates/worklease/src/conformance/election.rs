@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::Suite;
-use crate::election::{Elector, EventKind};
+use crate::election::{Campaign, Elector, EventKind};
 use crate::error::Error;
 use crate::store::fault::FaultStore;
 use crate::store::LeaseStore;
@@ -315,6 +315,16 @@ pub async fn election_resign_hands_over_without_overlap(s: &Suite) {
     );
 }
 
+/// The next event of a campaign that is not a renewal.
+async fn next_change(events: &mut Campaign) -> crate::election::Event {
+    loop {
+        let ev = events.next().await.expect("a campaign's stream is endless");
+        if ev.kind != EventKind::Renewed {
+            return ev;
+        }
+    }
+}
+
 /// A step-down request from a process that does not campaign: the leader's
 /// lost signal fires with `Resigned` within one renewal interval (one
 /// notification where the store notifies), a waiting candidate leads only
@@ -375,15 +385,7 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
         .await
         .expect("the request lease is free");
     late.release(token).await.expect("release the request");
-    let quiet = tokio::time::timeout(s.ttl / 3 + s.slack(), async {
-        loop {
-            let ev = b_events.next().await.expect("b campaigns");
-            if ev.kind != EventKind::Renewed {
-                return ev;
-            }
-        }
-    })
-    .await;
+    let quiet = tokio::time::timeout(s.ttl / 3 + s.slack(), next_change(&mut b_events)).await;
     assert!(
         quiet.is_err(),
         "a request for an earlier term ended b's term: {quiet:?}"
@@ -394,12 +396,7 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
     crate::election::request_step_down(s.store.clone(), election.as_str(), "ops")
         .await
         .expect("b leads");
-    let lost = loop {
-        let ev = b_events.next().await.expect("b campaigns");
-        if ev.kind != EventKind::Renewed {
-            break ev;
-        }
-    };
+    let lost = next_change(&mut b_events).await;
     assert_eq!(lost.kind, EventKind::Lost);
     assert!(
         matches!(lost.error, Some(Error::Resigned { .. })),
@@ -414,4 +411,76 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
         "b campaigned again {:?} after stepping down, before its back-off",
         lost_at.elapsed()
     );
+}
+
+/// Priorities: a waiting candidate of equal priority never asks the leader
+/// to step down (no swing); one of a higher priority does, and leads next;
+/// the old leader, back from its back-off, does not ask it back.
+pub async fn election_priority_prefers_and_equals_never_swing(s: &Suite) {
+    let election = s.work_id("priority");
+    let build = |owner: &str, priority: i32| {
+        Elector::builder(s.store.clone(), election.as_str(), owner)
+            .ttl(s.ttl)
+            .poll_interval(POLL)
+            .priority(priority)
+            .resign_backoff(s.ttl)
+            .build()
+            .expect("valid elector")
+    };
+    let mut a_events = build("cand-a", 0).run();
+    let first = a_events.next().await.expect("a campaigns");
+    assert_eq!(first.kind, EventKind::Acquired);
+    let a_term = first.state.generation;
+    // Equal priority: b waits, and a keeps its term.
+    let b = build("cand-b", 0);
+    let b_task = tokio::spawn(async move { b.lead(|_| async {}).await });
+    let quiet =
+        tokio::time::timeout(POLL * 2 + s.ttl / 3 + s.slack(), next_change(&mut a_events)).await;
+    assert!(
+        quiet.is_err(),
+        "S1/priority: an equal candidate made the leader swing: {quiet:?}"
+    );
+    b_task.abort();
+    let _ = b_task.await;
+    // Higher priority: a is asked and steps down; c leads.
+    let c = build("cand-c", 5);
+    let (c_tx, c_leads) = tokio::sync::oneshot::channel();
+    let c_stop = Arc::new(Notify::new());
+    let c_stopped = c_stop.clone();
+    let c_task = tokio::spawn(async move {
+        c.lead(|l| async move {
+            c_tx.send(l.state().clone()).expect("test alive");
+            let lost = l.lost();
+            tokio::select! {
+                _ = c_stopped.notified() => None,
+                _ = lost.cancelled() => l.lost_cause(),
+            }
+        })
+        .await
+        .expect("c leads")
+    });
+    let lost = next_change(&mut a_events).await;
+    assert_eq!(lost.kind, EventKind::Lost);
+    assert!(
+        matches!(lost.error, Some(Error::Resigned { .. })),
+        "{:?}",
+        lost.error
+    );
+    let c_state = c_leads.await.expect("c leads");
+    assert!(c_state.generation > a_term);
+    assert_eq!(c_state.priority, 5);
+    // a campaigns again after its back-off (one TTL) and waits: it has the
+    // lower priority, so c keeps its term.
+    tokio::time::sleep(s.ttl + POLL * 2 + s.slack()).await;
+    let now = build("observer", 0).leader().await.expect("c leads");
+    assert_eq!(
+        (now.owner.as_str(), now.generation),
+        ("cand-c", c_state.generation)
+    );
+    c_stop.notify_one();
+    assert!(
+        c_task.await.expect("c's task").is_none(),
+        "c's term ended early"
+    );
+    drop(a_events);
 }

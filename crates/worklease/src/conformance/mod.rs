@@ -256,6 +256,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, election_observe_follows_every_change);
             $crate::conformance_tests!(@one $paused, $make, election_resign_hands_over_without_overlap);
             $crate::conformance_tests!(@one $paused, $make, election_step_down_request_is_honoured);
+            $crate::conformance_tests!(@one $paused, $make, election_priority_prefers_and_equals_never_swing);
 
             #[tokio::test(start_paused = $paused)]
             async fn concurrent_stress() {

@@ -109,8 +109,8 @@ async fn lead_term(
     false
 }
 
-/// A step-down request for this term arrived: release, report `Lost` with
-/// [`Error::Resigned`], wait the resign back-off (one TTL by default), and
+/// A step-down request for this term arrived: report `Lost` with
+/// [`Error::Resigned`], release, wait the resign back-off (one TTL by default), and
 /// campaign again (true) unless the stream was dropped meanwhile.
 async fn step_down(
     elector: &Elector,
@@ -120,17 +120,19 @@ async fn step_down(
     renewal: Renewal,
 ) -> bool {
     tracing::info!(election = %elector.inner.election, "step-down requested: resigning");
-    let state = State::of_term(&renewal.token(), record, &elector.inner.clock);
-    let leases = elector.inner.leases.clone();
-    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    // Lost first, then the release: the consumer hears of the end of its
+    // term before anyone else can lead (as the lost signal fires first).
     let lost = Event {
         kind: EventKind::Lost,
-        state,
+        state: State::of_term(&renewal.token(), record, &elector.inner.clock),
         error: Some(Error::Resigned {
             election: elector.inner.election.to_string(),
         }),
     };
-    if tx.send(lost).await.is_err() {
+    let heard = tx.send(lost).await.is_ok();
+    let leases = elector.inner.leases.clone();
+    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    if !heard {
         return false;
     }
     let backoff = elector

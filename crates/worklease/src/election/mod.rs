@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -106,6 +107,9 @@ pub struct State {
     /// Changes of leader (holder ID) since the election's first leader,
     /// which has 0 (Kubernetes' `leaseTransitions`); kept in the store.
     pub transitions: u64,
+    /// The leader's priority ([`ElectorBuilder::priority`]; 0 when it set
+    /// none, and until it has written its record).
+    pub priority: i32,
     /// Time left by the store's clock when read (where the store tells).
     expires_in: Option<Duration>,
     clock: Arc<dyn Clock>,
@@ -120,6 +124,7 @@ impl std::fmt::Debug for State {
             .field("value", &self.value)
             .field("since", &self.since)
             .field("transitions", &self.transitions)
+            .field("priority", &self.priority)
             .finish()
     }
 }
@@ -135,6 +140,7 @@ impl State {
             value: record.value.clone(),
             since: Some(record.since),
             transitions: record.transitions,
+            priority: record.priority,
             expires_in: None,
             clock: clock.clone(),
         }
@@ -189,6 +195,7 @@ pub struct ElectorBuilder {
     clock: Arc<dyn Clock>,
     value: Option<Bytes>,
     resign_backoff: Option<Duration>,
+    priority: Option<i32>,
 }
 
 impl ElectorBuilder {
@@ -235,6 +242,22 @@ impl ElectorBuilder {
         self
     }
 
+    /// This candidate's priority (Kubernetes coordinated leader election,
+    /// a preferred candidate): while it waits, it watches the leader
+    /// ([`Elector::observe`]) and asks one of a lower priority to step
+    /// down ([`request_step_down`]), once per term; equal priorities never
+    /// ask, so leadership never swings between them. A leader asked to
+    /// step down releases only after its lost signal fired (no overlap),
+    /// and backs off before campaigning again ([`Self::resign_backoff`]),
+    /// so the preferred candidate usually leads next; when another standby
+    /// wins the race, it is asked in turn. Default: none (0 in the
+    /// record, and no watching while waiting, which costs a read per poll
+    /// interval).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
     /// A value this candidate publishes while it leads (etcd `Proclaim`):
     /// its address, say, so that followers forward to it. Observers
     /// ([`Elector::leader`], [`Elector::observe`]) read it with the leader;
@@ -275,6 +298,7 @@ impl ElectorBuilder {
         if let Some(inner) = Arc::get_mut(&mut elector.inner) {
             *inner.value.get_mut().unwrap_or_else(|p| p.into_inner()) = self.value;
             inner.resign_backoff = self.resign_backoff;
+            inner.priority = self.priority;
         }
         Ok(elector)
     }
@@ -315,6 +339,7 @@ impl Elector {
                 value: std::sync::Mutex::new(None),
                 renew_interval,
                 resign_backoff: None,
+                priority: None,
             }),
         })
     }
@@ -335,6 +360,8 @@ struct ElectorInner {
     /// How long [`Elector::run`] waits after a step-down before it
     /// campaigns again; `None`: one TTL.
     resign_backoff: Option<Duration>,
+    /// [`ElectorBuilder::priority`], when set.
+    priority: Option<i32>,
 }
 
 /// One candidate in one election (hoplock: `Elector`). Cheap to clone.
@@ -528,6 +555,7 @@ impl Elector {
             clock: Arc::new(SystemClock),
             value: None,
             resign_backoff: None,
+            priority: None,
         }
     }
 
@@ -633,17 +661,45 @@ impl Elector {
         let opts = AcquireOptions::new()
             .wait_for_lease()
             .poll_interval(self.inner.poll_interval);
-        let token = self
+        let acquire = self
             .inner
             .leases
-            .acquire(self.inner.election.as_str(), opts)
-            .await?;
+            .acquire(self.inner.election.as_str(), opts);
+        let token = match self.inner.priority {
+            None => acquire.await?,
+            Some(mine) => {
+                tokio::select! {
+                    token = acquire => token?,
+                    never = self.ask_lower_priorities(mine) => match never {},
+                }
+            }
+        };
         let (token, record) = self.start_term(token).await?;
         let renewal = self
             .inner
             .leases
             .start_renewal(token.clone(), self.inner.renewal.clone())?;
         Ok((token, renewal, record))
+    }
+
+    /// While this candidate of priority `mine` waits: asks each leader of a
+    /// lower priority (as its record says) to step down, once per term.
+    async fn ask_lower_priorities(&self, mine: i32) -> std::convert::Infallible {
+        let mut leaders = self.observe();
+        let mut asked = None;
+        while let Some(seen) = leaders.next().await {
+            let Ok(Some(leader)) = seen else { continue };
+            let lower = leader.since.is_some() && leader.priority < mine;
+            if lower && asked != Some(leader.generation) && leader.owner != self.owner() {
+                match self.request_step_down().await {
+                    Ok(_) => asked = Some(leader.generation),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "asking a lower-priority leader to step down failed")
+                    }
+                }
+            }
+        }
+        std::future::pending().await
     }
 
     /// Writes the record of the term `token` starts: reads the one handed
@@ -666,6 +722,7 @@ impl Elector {
                 handed.data.as_deref(),
                 &handed.handoff,
                 value,
+                self.inner.priority.unwrap_or(0),
             );
             let token = leases.checkpoint(&token, record.encode()).await?;
             Ok((token, record))

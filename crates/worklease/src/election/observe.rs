@@ -249,12 +249,15 @@ impl State {
     /// current term wrote one (until it has, no value and no start time;
     /// transitions as the leader will count them).
     fn observed(info: &LeaseInfo, record: Option<Record>, clock: &Arc<dyn Clock>) -> State {
-        let (value, since, transitions) = match record {
-            Some(r) if r.term == info.fencing_token => (r.value, Some(r.since), r.transitions),
+        let (value, since, transitions, priority) = match record {
+            Some(r) if r.term == info.fencing_token => {
+                (r.value, Some(r.since), r.transitions, r.priority)
+            }
             other => (
                 None,
                 None,
                 transitions(other.as_ref(), &info.handoff, &info.holder_id),
+                0,
             ),
         };
         State {
@@ -265,6 +268,7 @@ impl State {
             value,
             since,
             transitions,
+            priority,
             clock: clock.clone(),
         }
     }

@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! "wlelect" 0x01 | term u64 | transitions u64 | since (ms since the Unix epoch) u64
-//!   | holder length u16 | holder (UTF-8) | value flag u8 (0 none, 1 some) | value
+//!   | priority i32 | holder length u16 | holder (UTF-8) | value flag u8 (0 none, 1 some) | value
 //! ```
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,8 +22,9 @@ use crate::limits::MAX_PUBLISHED_VALUE_BYTES;
 use crate::store::Handoff;
 
 const MAGIC: &[u8; 8] = b"wlelect\x01";
-/// Bytes before the holder: magic, term, transitions, since, holder length.
-const HEADER: usize = 8 + 8 + 8 + 8 + 2;
+/// Bytes before the holder: magic, term, transitions, since, priority,
+/// holder length.
+const HEADER: usize = 8 + 8 + 8 + 8 + 4 + 2;
 
 /// One term's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +35,8 @@ pub(crate) struct Record {
     pub(crate) transitions: u64,
     /// When the term started, by the leader's wall clock (informational).
     pub(crate) since: SystemTime,
+    /// The leader's priority ([`super::ElectorBuilder::priority`]).
+    pub(crate) priority: i32,
     /// The leader's holder ID.
     pub(crate) holder: String,
     /// The value the leader publishes.
@@ -50,12 +53,14 @@ impl Record {
         previous: Option<&[u8]>,
         handoff: &Handoff,
         value: Option<Bytes>,
+        priority: i32,
     ) -> Record {
         let previous = previous.and_then(Record::decode);
         Record {
             term,
             transitions: transitions(previous.as_ref(), handoff, holder),
             since: SystemTime::now(),
+            priority,
             holder: holder.to_string(),
             value,
         }
@@ -71,6 +76,7 @@ impl Record {
         b.put_u64(self.term);
         b.put_u64(self.transitions);
         b.put_u64(millis_since_epoch(self.since));
+        b.put_i32(self.priority);
         // A holder ID is at most MAX_HOLDER_ID_BYTES (256), checked when the
         // `Leases` handle was made.
         b.put_u16(u16::try_from(holder.len()).unwrap_or(u16::MAX));
@@ -95,9 +101,10 @@ impl Record {
         let term = u64_at(0)?;
         let transitions = u64_at(8)?;
         let since = UNIX_EPOCH.checked_add(Duration::from_millis(u64_at(16)?))?;
-        let holder_len = usize::from(u16::from_be_bytes(rest.get(24..26)?.try_into().ok()?));
-        let holder = std::str::from_utf8(rest.get(26..26 + holder_len)?).ok()?;
-        let value = match rest.get(26 + holder_len..)? {
+        let priority = i32::from_be_bytes(rest.get(24..28)?.try_into().ok()?);
+        let holder_len = usize::from(u16::from_be_bytes(rest.get(28..30)?.try_into().ok()?));
+        let holder = std::str::from_utf8(rest.get(30..30 + holder_len)?).ok()?;
+        let value = match rest.get(30 + holder_len..)? {
             [0] => None,
             [1, v @ ..] => Some(Bytes::copy_from_slice(v)),
             _ => return None,
@@ -106,6 +113,7 @@ impl Record {
             term,
             transitions,
             since,
+            priority,
             holder: holder.to_string(),
             value,
         })
@@ -178,6 +186,7 @@ mod tests {
             term: 7,
             transitions: 3,
             since: UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            priority: -3,
             holder: "host-ä".into(),
             value: Some(Bytes::from_static(b"10.0.0.7:8080")),
         };
@@ -208,6 +217,7 @@ mod tests {
             term,
             transitions,
             since: UNIX_EPOCH,
+            priority: 0,
             holder: holder.into(),
             value: None,
         };
