@@ -27,6 +27,7 @@ use worklease::election::Elector;
 use worklease::Error;
 
 use crate::exit::{self, Failure};
+use crate::health::{self, Health};
 use crate::progress::Progress;
 use crate::run::{check_command, check_lease_args, default_holder, say_lost};
 use crate::supervise::{cannot_run, spawn, supervise, Signals};
@@ -55,6 +56,10 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         builder = builder.priority(priority);
     }
     let elector = builder.build()?;
+    let health = match args.health_addr {
+        Some(addr) => Some(health::serve(addr, elector.clone(), args.election.clone()).await?),
+        None => None,
+    };
     // A store that answers nothing at all is a configuration error: say
     // so at once (exit 69) instead of campaigning against it forever.
     match elector.leader().await {
@@ -69,16 +74,13 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     loop {
         let leading = CancellationToken::new();
         let stepped_down = AtomicBool::new(false);
-        let lead = campaign(
-            &args,
-            &elector,
-            &signals,
-            &leading,
-            &stepped_down,
-            &child_url,
-            grace,
-            &progress,
-        );
+        let term = Term {
+            signals: &signals,
+            leading: &leading,
+            stepped_down: &stepped_down,
+            health: health.as_deref(),
+        };
+        let lead = campaign(&args, &elector, term, &child_url, grace, &progress);
         tokio::pin!(lead);
         let outcome = tokio::select! {
             outcome = &mut lead => outcome,
@@ -116,18 +118,26 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     }
 }
 
+/// What one campaign shares with the process: the signals (the campaign's
+/// until it leads), the hand-over of the signals, the step-down flag, the
+/// health endpoints' state.
+#[derive(Clone, Copy)]
+struct Term<'a> {
+    signals: &'a Arc<Mutex<Signals>>,
+    leading: &'a CancellationToken,
+    stepped_down: &'a AtomicBool,
+    health: Option<&'a Health>,
+}
+
 /// One campaign: wait to lead, run the child while leading. Store failures
 /// while campaigning (a restarting server, an etcd leader change) are
 /// retried after --poll, as `run --wait` does: a standby that exits on the
 /// first one leaves the election without one. Sets `stepped_down` when
 /// the term ended on a step-down request.
-#[allow(clippy::too_many_arguments)]
 async fn campaign(
     args: &ElectArgs,
     elector: &Elector,
-    signals: &Arc<Mutex<Signals>>,
-    leading: &CancellationToken,
-    stepped_down: &AtomicBool,
+    term: Term<'_>,
     child_url: &str,
     grace: std::time::Duration,
     progress: &Progress,
@@ -136,9 +146,18 @@ async fn campaign(
         let attempt = elector
             .lead(|l| {
                 let command = &args.command;
+                let Term {
+                    signals,
+                    leading,
+                    stepped_down,
+                    health,
+                } = term;
                 async move {
                     progress.stop();
                     leading.cancel();
+                    if let Some(h) = health {
+                        h.set_leading(true);
+                    }
                     let mut signals = signals.lock().await;
                     let token = l.token();
                     tracing::info!(generation = l.generation(), "leading");
@@ -152,6 +171,9 @@ async fn campaign(
                         )
                     };
                     let outcome = supervise(child, &l, describe, grace, &mut signals).await;
+                    if let Some(h) = health {
+                        h.set_leading(false);
+                    }
                     if matches!(l.lost_cause(), Some(Error::Resigned { .. })) {
                         stepped_down.store(true, Ordering::SeqCst);
                     }

@@ -110,40 +110,44 @@ fn value_text(state: &State) -> Option<String> {
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
-/// One line of output for `state`.
-fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>, Failure> {
-    let mut out = if json {
-        serde_json::to_vec(&LeaderJson::new(election, state))
-            .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?
-    } else {
-        match state {
-            None => format!("election {:?}: nobody leads", election.as_str()).into_bytes(),
-            Some(s) => {
-                let mut text = format!(
-                    "election {:?}: led by {:?}, term (fencing token) {}, transitions {}",
-                    election.as_str(),
-                    s.owner,
-                    s.generation,
-                    s.transitions
-                );
-                if s.priority != 0 {
-                    text.push_str(&format!(", priority {}", s.priority));
-                }
-                if let Some(since) = s.since {
-                    text.push_str(&format!(
-                        ", since {}",
-                        humantime::format_rfc3339_millis(since)
-                    ));
-                }
-                if let Some(v) = value_text(s) {
-                    text.push_str(&format!(", value {v:?}"));
-                }
-                text.into_bytes()
-            }
-        }
-    };
+/// One line of `leader --json` (also `GET /leader` of `elect
+/// --health-addr`), with its newline.
+pub fn leader_json(election: &WorkId, state: Option<&State>) -> Result<Vec<u8>, Failure> {
+    let mut out = serde_json::to_vec(&LeaderJson::new(election, state))
+        .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
     out.push(b'\n');
     Ok(out)
+}
+
+/// One line of output for `state`.
+fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>, Failure> {
+    if json {
+        return leader_json(election, state);
+    }
+    let Some(s) = state else {
+        return Ok(format!("election {:?}: nobody leads\n", election.as_str()).into_bytes());
+    };
+    let mut text = format!(
+        "election {:?}: led by {:?}, term (fencing token) {}, transitions {}",
+        election.as_str(),
+        s.owner,
+        s.generation,
+        s.transitions
+    );
+    if s.priority != 0 {
+        text.push_str(&format!(", priority {}", s.priority));
+    }
+    if let Some(since) = s.since {
+        text.push_str(&format!(
+            ", since {}",
+            humantime::format_rfc3339_millis(since)
+        ));
+    }
+    if let Some(v) = value_text(s) {
+        text.push_str(&format!(", value {v:?}"));
+    }
+    text.push('\n');
+    Ok(text.into_bytes())
 }
 
 /// Exit 69: nobody leads `election`.

@@ -78,6 +78,7 @@ mod checkpoint;
 mod demo;
 mod elect;
 mod exit;
+mod health;
 mod leader;
 mod pool;
 mod progress;
@@ -635,6 +636,13 @@ pub struct ElectArgs {
     /// at most TTL/2].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     grace: Option<Duration>,
+
+    /// Serve health endpoints on HOST:PORT: GET /livez (200 while this
+    /// process campaigns, leads or stands by), GET /readyz (200 while it
+    /// leads, 503 otherwise) and GET /leader (the JSON of `worklease
+    /// leader --json`). Bound at start: a busy address exits 69.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
+    health_addr: Option<std::net::SocketAddr>,
 
     /// This candidate's priority: while standing by, it asks a leader of a
     /// lower priority to step down (once per term); equal priorities never

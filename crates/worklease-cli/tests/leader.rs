@@ -3,7 +3,7 @@
 //! every change with `--watch`.
 
 mod common;
-use common::{output, spawn, stderr, wait_for_file, Running, World};
+use common::{free_port, http_get, output, spawn, stderr, wait_for_file, Running, World};
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -168,4 +168,71 @@ fn leader_shows_the_value_and_watch_follows_the_hand_over() {
             break;
         }
     }
+}
+
+#[test]
+fn health_endpoints_tell_the_leader_from_the_standby() {
+    let w = World::new();
+    let (pa, pb) = (free_port(), free_port());
+    let elect = |holder: &str, port: u16| {
+        let child = format!("touch \"$D/{holder}.started\"; sleep 60");
+        let addr = format!("127.0.0.1:{port}");
+        spawn(
+            &w,
+            &[
+                "elect",
+                "--ttl",
+                "3s",
+                "--holder",
+                holder,
+                "--health-addr",
+                &addr,
+                "sched",
+                "--",
+                "sh",
+                "-c",
+                &child,
+            ],
+        )
+    };
+    let _a = elect("a", pa);
+    wait_for_file(&w, "a.started");
+    let _b = elect("b", pb);
+    assert!(
+        common::poll_until(common::LONG, || http_get(pb, "/livez").is_some()),
+        "the standby's endpoints did not answer"
+    );
+    assert_eq!(http_get(pa, "/livez").map(|r| r.0), Some(200));
+    assert_eq!(
+        http_get(pb, "/livez").map(|r| r.0),
+        Some(200),
+        "a standby is alive"
+    );
+    assert_eq!(http_get(pa, "/readyz").map(|r| r.0), Some(200));
+    assert_eq!(
+        http_get(pb, "/readyz").map(|r| r.0),
+        Some(503),
+        "a standby is not ready"
+    );
+    let (status, body) = http_get(pb, "/leader").expect("an answer");
+    assert_eq!(status, 200);
+    assert_eq!(json_line(body.trim())["holder_id"], "a");
+    // A second process on a busy address fails at start.
+    let busy = output(
+        &w,
+        &[
+            "elect",
+            "--health-addr",
+            &format!("127.0.0.1:{pa}"),
+            "other",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(busy.status.code(), Some(69), "{}", stderr(&busy));
+    assert!(
+        stderr(&busy).contains("cannot serve health endpoints"),
+        "{}",
+        stderr(&busy)
+    );
 }

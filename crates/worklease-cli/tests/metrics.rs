@@ -3,31 +3,21 @@
 //! their lease, scraped with a plain HTTP GET. Synchronisation is by files
 //! the child creates and by bounded polls, as in `tests/cli.rs`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_worklease");
+mod common;
+use common::{free_port, http_get};
+use std::net::TcpListener;
 
-/// A port that was free a moment ago.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("local addr").port()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_worklease");
 
 /// `GET /metrics` on `127.0.0.1:port`: the body, or `None` when nothing
 /// answers (yet).
 fn scrape(port: u16) -> Option<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+    let (status, body) = http_get(port, "/metrics")?;
+    (status == 200).then_some(body)
 }
 
 /// The value of the sample `name{labels}` (labels as they are printed, in

@@ -61,6 +61,10 @@ pub const LEASE_REMAINING_SECONDS: &str = "worklease_lease_remaining_seconds";
 pub const LEASE_TTL_SECONDS: &str = "worklease_lease_ttl_seconds";
 /// `worklease_is_leader`: gauge, 1 while leading an election.
 pub const IS_LEADER: &str = "worklease_is_leader";
+/// `worklease_election_transitions`: gauge, the election's changes of
+/// leader since its first leader, as the leader's record counts them (ADR
+/// 0016); set by each leader when its term starts.
+pub const ELECTION_TRANSITIONS: &str = "worklease_election_transitions";
 
 /// Registers the unit and help text of every metric with the installed
 /// recorder. Optional: metrics are recorded without it; exporters use it
@@ -116,6 +120,11 @@ pub fn describe() {
         IS_LEADER,
         Unit::Count,
         "1 while this process leads the election, 0 while it campaigns or after it lost."
+    );
+    describe_gauge!(
+        ELECTION_TRANSITIONS,
+        Unit::Count,
+        "Changes of leader of the election since its first leader, kept in the store; set when a term starts."
     );
 }
 

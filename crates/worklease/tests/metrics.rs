@@ -242,6 +242,29 @@ fn is_leader_is_one_while_leading() {
 }
 
 #[test]
+fn transitions_are_set_by_each_leader_when_its_term_starts() {
+    let recorder = DebuggingRecorder::new();
+    let mut snap = Seen::new(&recorder);
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let store = Arc::new(MemoryStore::new());
+    let seen = runtime().block_on(async {
+        let mut seen = Vec::new();
+        for owner in ["host-a", "host-b", "host-b", "host-a"] {
+            Elector::builder(store.clone(), "scheduler", owner)
+                .build()
+                .unwrap()
+                .lead(|_| async {})
+                .await
+                .unwrap();
+            snap.take();
+            seen.push(snap.gauge(m::ELECTION_TRANSITIONS, &[("election", "scheduler")]));
+        }
+        seen
+    });
+    assert_eq!(seen, [Some(0.0), Some(1.0), Some(1.0), Some(2.0)]);
+}
+
+#[test]
 fn is_leader_drops_when_leadership_is_lost() {
     let recorder = DebuggingRecorder::new();
     let mut snap = Seen::new(&recorder);

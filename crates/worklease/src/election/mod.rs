@@ -725,6 +725,11 @@ impl Elector {
                 self.inner.priority.unwrap_or(0),
             );
             let token = leases.checkpoint(&token, record.encode()).await?;
+            metrics::gauge!(
+                crate::metrics::ELECTION_TRANSITIONS,
+                "election" => self.inner.election.to_string()
+            )
+            .set(record.transitions as f64);
             Ok((token, record))
         }
         .await;
