@@ -23,7 +23,8 @@ transitions so far). Prints one line: the leader, or with --json one JSON
 object with the fields election, holder_id, value, fencing_token,
 transitions, priority and since (holder_id and the rest null when nobody
 leads).
-A value that is not UTF-8 is printed with U+FFFD in place of bad bytes.
+A value that is not UTF-8 (published through the library) is printed with
+U+FFFD in place of bad bytes.
 
 Without --watch, an election that nobody leads exits 69 with a message.
 With --watch: one line now and one per change (a new leader, a new

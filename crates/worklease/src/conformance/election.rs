@@ -247,6 +247,21 @@ pub async fn election_bad_config(s: &Suite) {
         .build()
         .is_err());
     assert!(b().ttl(Duration::ZERO).build().is_err());
+    // `NAME/step-down` is NAME's step-down requests: not an election.
+    let e = Elector::builder(
+        s.store.clone(),
+        format!("{}/step-down", s.work_id("cfg")),
+        "cand",
+    )
+    .build()
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("reserved"), "{e}");
+    let e = Elector::builder(s.store.clone(), "e".repeat(1015), "cand")
+        .build()
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("the limit is 1014 bytes"), "{e}");
 }
 
 /// A leader that resigns: its lost signal fires first, with the cause
@@ -336,13 +351,18 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
     let a = elector(s, s.store.clone(), &election, "cand-a");
     let (a_leads_tx, a_leads) = tokio::sync::oneshot::channel();
     let a_task = tokio::spawn(async move {
-        a.lead(|l| async move {
-            a_leads_tx.send(l.generation()).expect("test alive");
-            l.lost().cancelled().await;
-            (Instant::now(), l.lost_cause())
-        })
-        .await
-        .expect("a leads")
+        let (lost_at, cause, stopped_at) = a
+            .lead(|l| async move {
+                a_leads_tx.send(l.generation()).expect("test alive");
+                l.lost().cancelled().await;
+                let lost_at = Instant::now();
+                // The work takes a while to stop: nobody may lead meanwhile.
+                tokio::time::sleep(POLL / 2).await;
+                (lost_at, l.lost_cause(), std::time::SystemTime::now())
+            })
+            .await
+            .expect("a leads");
+        (lost_at, cause, stopped_at)
     });
     let a_term = a_leads.await.expect("a leads");
     let b = Elector::builder(s.store.clone(), election.as_str(), "cand-b")
@@ -358,7 +378,7 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
         .await
         .expect("a leads: the request is made");
     assert_eq!((asked.owner.as_str(), asked.generation), ("cand-a", a_term));
-    let (a_lost_at, cause) = a_task.await.expect("a's task");
+    let (a_lost_at, cause, a_stopped_at) = a_task.await.expect("a's task");
     assert!(
         matches!(cause, Some(Error::Resigned { .. })),
         "a step-down ends leadership with Resigned, got {cause:?}"
@@ -377,6 +397,16 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
     let acquired = b_events.next().await.expect("b campaigns");
     assert_eq!(acquired.kind, EventKind::Acquired);
     assert!(acquired.state.generation > a_term);
+    // b's term started (its record's wall-clock start) after a's work had
+    // stopped: a releases only once its function returned.
+    let b_since = acquired
+        .state
+        .since
+        .expect("a term's own state has its start");
+    assert!(
+        b_since >= a_stopped_at,
+        "S1: b led while a's work was still stopping after the step-down"
+    );
 
     // A request for a's term, made late, leaves b leading.
     let late = s.holder_on(s.store.clone(), &format!("{a_term}/late-ops"));

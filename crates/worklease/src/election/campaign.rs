@@ -61,17 +61,13 @@ async fn lead_term(
     });
     let watching = CancellationToken::new();
     let _stop_watching = watching.clone().drop_guard();
-    let requested = async {
-        match step_down::requests_id(&elector.inner.election) {
-            Ok(requests) => {
-                let store = elector.inner.leases.store().clone();
-                let interval = elector.inner.renew_interval;
-                step_down::requested(store, requests, token.fencing_token(), interval, watching)
-                    .await
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
+    let requested = step_down::requested(
+        elector.inner.leases.store().clone(),
+        elector.inner.step_down.clone(),
+        token.fencing_token(),
+        elector.inner.renew_interval,
+        watching,
+    );
     tokio::pin!(requested);
     loop {
         if let Some(ev) = event.take() {

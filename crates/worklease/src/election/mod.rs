@@ -237,6 +237,11 @@ impl ElectorBuilder {
     /// request ([`request_step_down`]), before it campaigns again, so that
     /// a standby takes over first; default one TTL. [`Elector::lead`]
     /// returns instead: its caller decides when to campaign again.
+    ///
+    /// On a step-down request, `run()` reports `Lost` (cause
+    /// [`Error::Resigned`]) and releases right after: its consumer must
+    /// stop at `Lost`. `lead()` releases only once its function returned,
+    /// so nobody else leads while the work is still stopping.
     pub fn resign_backoff(mut self, backoff: Duration) -> Self {
         self.resign_backoff = Some(backoff);
         self
@@ -316,6 +321,7 @@ impl Elector {
         clock: Arc<dyn Clock>,
     ) -> Result<Elector> {
         let election = WorkId::new(election)?;
+        let step_down = step_down::requests_id(&election)?;
         let renew_interval = renewal.check(&leases)?;
         let rule = |msg: String| Err(Error::from(InvalidInput::Config(msg)));
         if poll_interval < Duration::from_millis(1) {
@@ -338,6 +344,7 @@ impl Elector {
                 clock,
                 value: std::sync::Mutex::new(None),
                 renew_interval,
+                step_down,
                 resign_backoff: None,
                 priority: None,
             }),
@@ -357,6 +364,8 @@ struct ElectorInner {
     value: std::sync::Mutex<Option<Bytes>>,
     /// How often the leader renews (and reads step-down requests).
     renew_interval: Duration,
+    /// The work ID of this election's step-down requests.
+    step_down: WorkId,
     /// How long [`Elector::run`] waits after a step-down before it
     /// campaigns again; `None`: one TTL.
     resign_backoff: Option<Duration>,
@@ -396,8 +405,11 @@ pub struct Leadership {
     renewal: Arc<Renewal>,
     elector: Elector,
     record: tokio::sync::Mutex<Record>,
-    /// Set by [`Leadership::resign`]: the lease is released already.
+    /// Set when this term was given up (resign, or a step-down request):
+    /// the lost signal's cause is then `Resigned`.
     resigned: Arc<AtomicBool>,
+    /// Set by [`Leadership::resign`]: the lease is released already.
+    released: Arc<AtomicBool>,
 }
 
 impl Leadership {
@@ -418,16 +430,18 @@ impl Leadership {
         self.lost.clone()
     }
 
-    /// Why leadership was lost, once it was: [`Error::Resigned`] after
-    /// [`Leadership::resign`], else the renewal's cause (`Fenced`,
-    /// `Expired`, `WindowExhausted`).
+    /// Why leadership was lost, once it was: the renewal's cause
+    /// (`Fenced`, `Expired`, `WindowExhausted`) where the lease was lost,
+    /// else [`Error::Resigned`] after [`Leadership::resign`] or a
+    /// step-down request ([`request_step_down`]).
     pub fn lost_cause(&self) -> Option<Error> {
-        if self.resigned.load(Ordering::SeqCst) {
-            return Some(Error::Resigned {
-                election: self.elector.inner.election.to_string(),
-            });
-        }
-        self.renewal.lost_cause()
+        self.renewal.lost_cause().or_else(|| {
+            self.resigned
+                .load(Ordering::SeqCst)
+                .then(|| Error::Resigned {
+                    election: self.elector.inner.election.to_string(),
+                })
+        })
     }
 
     /// Gives leadership up now (etcd `Resign`, Vault `step-down`): the lost
@@ -444,26 +458,40 @@ impl Leadership {
     /// release timeout ran out: the lease then ends at its TTL, as it does
     /// after a crash); the cause when leadership was lost before.
     pub async fn resign(&self) -> Result<()> {
-        resign_term(&self.elector, &self.resigned, &self.lost, &self.renewal).await
+        if self.released.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.resigned.store(true, Ordering::SeqCst);
+        self.lost.cancel();
+        let leases = self.elector.inner.leases.clone();
+        let timeout = self.elector.inner.release_timeout;
+        finish_within(leases, self.renewal.clone(), None, timeout).await
     }
 
-    /// Asks this leadership to step down when a step-down request for its
-    /// term arrives ([`request_step_down`]): a task that ends with `stop`.
+    /// Ends this term when a step-down request for it arrives
+    /// ([`request_step_down`]): the lost signal fires (cause `Resigned`)
+    /// while the lease stays renewed; [`Elector::lead`] releases once the
+    /// function has returned, so that nobody else leads while the work is
+    /// still stopping. A task that ends with `stop`.
     fn honour_step_down(&self, stop: CancellationToken) {
-        let Ok(requests) = step_down::requests_id(&self.elector.inner.election) else {
-            return; // the election's name leaves no room for requests: none can be made
-        };
-        let (elector, resigned) = (self.elector.clone(), self.resigned.clone());
-        let (lost, renewal) = (self.lost.clone(), self.renewal.clone());
+        let requests = self.elector.inner.step_down.clone();
+        let (elector, resigned, lost) = (
+            self.elector.clone(),
+            self.resigned.clone(),
+            self.lost.clone(),
+        );
         let term = self.state.generation;
         tokio::spawn(async move {
             let store = elector.inner.leases.store().clone();
             let interval = elector.inner.renew_interval;
             if step_down::requested(store, requests, term, interval, stop).await {
-                tracing::info!(election = %elector.inner.election, term, "step-down requested: resigning");
-                if let Err(e) = resign_term(&elector, &resigned, &lost, &renewal).await {
-                    tracing::warn!(error = %e, "resigning on a step-down request failed");
-                }
+                tracing::info!(
+                    election = %elector.inner.election,
+                    term,
+                    "step-down requested: stopping the work; the lease is released once it stopped"
+                );
+                resigned.store(true, Ordering::SeqCst);
+                lost.cancel();
             }
         });
     }
@@ -516,23 +544,6 @@ impl Leadership {
     pub(crate) fn renewal(&self) -> Arc<Renewal> {
         self.renewal.clone()
     }
-}
-
-/// [`Leadership::resign`]: once only, the lost signal first, then the
-/// release.
-async fn resign_term(
-    elector: &Elector,
-    resigned: &AtomicBool,
-    lost: &CancellationToken,
-    renewal: &Arc<Renewal>,
-) -> Result<()> {
-    if resigned.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
-    lost.cancel();
-    let leases = elector.inner.leases.clone();
-    let timeout = elector.inner.release_timeout;
-    finish_within(leases, renewal.clone(), None, timeout).await
 }
 
 impl Elector {
@@ -763,20 +774,21 @@ impl Elector {
             renewal.clone(),
             self.inner.release_timeout,
         );
-        let resigned = Arc::new(AtomicBool::new(false));
+        let released = Arc::new(AtomicBool::new(false));
         let leadership = Leadership {
             state: State::of_term(&token, &record, &self.inner.clock),
             lost,
             renewal,
             elector: self.clone(),
             record: tokio::sync::Mutex::new(record),
-            resigned: resigned.clone(),
+            resigned: Arc::new(AtomicBool::new(false)),
+            released: released.clone(),
         };
         let stop_watching = CancellationToken::new();
         let _stop_on_drop = stop_watching.clone().drop_guard();
         leadership.honour_step_down(stop_watching);
         let out = f(leadership).await;
-        if resigned.load(Ordering::SeqCst) {
+        if released.load(Ordering::SeqCst) {
             guard.abandon(); // released by `resign`
         } else {
             guard.release().await;

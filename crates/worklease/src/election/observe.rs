@@ -19,7 +19,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -168,8 +168,10 @@ pub(crate) fn observations(
     Observations { inner }
 }
 
-/// What makes a change: the leader, its term and its value.
-type Seen = Option<(String, u64, Option<Bytes>)>;
+/// What makes a change: the leader, its term, and what its record says
+/// (value, start, priority, transitions), so that a record written after
+/// the acquisition was first seen is reported too.
+type Seen = Option<(String, u64, Option<Bytes>, Option<SystemTime>, i32, u64)>;
 
 struct Watcher {
     store: Arc<dyn LeaseStore>,
@@ -231,9 +233,16 @@ impl Watcher {
             match read {
                 Err(e) => return Err(e),
                 Ok(state) => {
-                    let seen: Seen = state
-                        .as_ref()
-                        .map(|s| (s.owner.clone(), s.generation, s.value.clone()));
+                    let seen: Seen = state.as_ref().map(|s| {
+                        (
+                            s.owner.clone(),
+                            s.generation,
+                            s.value.clone(),
+                            s.since,
+                            s.priority,
+                            s.transitions,
+                        )
+                    });
                     if self.last.as_ref() != Some(&seen) {
                         self.last = Some(seen);
                         return Ok(state);

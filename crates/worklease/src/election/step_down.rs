@@ -36,15 +36,26 @@ pub const REQUEST_TTL: Duration = Duration::from_secs(10);
 /// The work ID of `election`'s step-down requests.
 ///
 /// # Errors
-/// [`Error::Invalid`] when `election` is too long to carry the suffix.
+/// [`Error::Invalid`] when `election` is too long to carry the suffix
+/// (an election name is at most [`MAX_WORK_ID_BYTES`] − 10 bytes), or
+/// ends with it (`NAME/step-down` is reserved for `NAME`'s requests).
 pub(crate) fn requests_id(election: &WorkId) -> Result<WorkId> {
+    if election.as_str().ends_with(SUFFIX) {
+        return Err(InvalidInput::Config(format!(
+            "election name {:?} ends with {SUFFIX:?}, which is reserved for the step-down \
+             requests of the election {:?}",
+            election.as_str(),
+            &election.as_str()[..election.as_str().len() - SUFFIX.len()]
+        ))
+        .into());
+    }
     let id = format!("{election}{SUFFIX}");
     if id.len() > MAX_WORK_ID_BYTES {
         return Err(InvalidInput::Config(format!(
-            "election name {:?} is too long for step-down requests: {:?} must be at most \
-             {MAX_WORK_ID_BYTES} bytes",
-            election.as_str(),
-            id
+            "election name is {} bytes: the limit is {} bytes (its step-down requests use the \
+             work ID NAME{SUFFIX}, at most {MAX_WORK_ID_BYTES} bytes)",
+            election.as_str().len(),
+            MAX_WORK_ID_BYTES - SUFFIX.len()
         ))
         .into());
     }
@@ -144,7 +155,10 @@ mod tests {
     fn an_election_too_long_for_the_suffix_is_refused_naming_the_limit() {
         let long = WorkId::new("e".repeat(MAX_WORK_ID_BYTES - 3)).expect("valid");
         let e = requests_id(&long).unwrap_err();
-        assert!(e.to_string().contains("1024"), "{e}");
+        assert!(e.to_string().contains("the limit is 1014 bytes"), "{e}");
+        let reserved = WorkId::new("cy/step-down").expect("valid");
+        let e = requests_id(&reserved).unwrap_err();
+        assert!(e.to_string().contains("reserved"), "{e}");
         let ok = WorkId::new("scheduler").expect("valid");
         assert_eq!(
             requests_id(&ok).expect("fits").as_str(),
