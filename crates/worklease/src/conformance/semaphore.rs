@@ -49,7 +49,14 @@ pub async fn semaphore_never_more_than_n(s: &Suite) {
                 };
                 let t = match sem.acquire(options).await {
                     Ok(t) => t,
-                    Err(Error::PermitsHeld { .. } | Error::WaitTimedOut { .. }) => {
+                    // `Expired`: the grant's reply came after its deadline
+                    // (a store slowed down by a loaded machine), so it was
+                    // handed back: no permit, as when all are held.
+                    Err(
+                        Error::PermitsHeld { .. }
+                        | Error::WaitTimedOut { .. }
+                        | Error::Expired { .. },
+                    ) => {
                         tokio::time::sleep(ttl.mul_f64(rng.gen_range(0.05..0.3))).await;
                         continue;
                     }

@@ -135,7 +135,9 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
                 let id = &ids[rng.gen_range(0..ids.len())];
                 let mut t = match leases.acquire(id, fast()).await {
                     Ok(t) => t,
-                    Err(Error::Held { .. }) => {
+                    // Expired: the grant came after its deadline (a slowed
+                    // store) and was handed back: no lease, as when held.
+                    Err(Error::Held { .. } | Error::Expired { .. }) => {
                         tokio::time::sleep(ttl.mul_f64(rng.gen_range(0.0..0.3))).await;
                         continue;
                     }
