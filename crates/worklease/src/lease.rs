@@ -163,6 +163,8 @@ pub(crate) struct Inner {
     pub(crate) observer: Arc<dyn LeaseObserver>,
     /// The one renewal scheduler of this handle and its clones.
     pub(crate) session: SessionHandle,
+    /// Places in fair lines this handle is letting go of in the background.
+    pub(crate) letting_go: crate::fair::LettingGo,
 }
 
 /// A holder's handle on a store: acquires, renews, checkpoints and releases
@@ -221,6 +223,7 @@ impl Leases {
                 margin,
                 observer: config.observer,
                 session: SessionHandle::default(),
+                letting_go: crate::fair::LettingGo::default(),
             }),
         })
     }

@@ -53,6 +53,7 @@ use crate::token::Token;
 
 mod line;
 
+pub(crate) use line::LettingGo;
 use line::{decode, encode, free_slot, Entry, Hold, Line};
 pub use line::{MAX_WAITERS, QUEUE_SUFFIX, WAITER_INFIX};
 
@@ -88,6 +89,9 @@ impl Leases {
         try_target: TryTarget<'_>,
     ) -> Result<Token> {
         let line = Line::new(target)?;
+        // This handle's earlier places, still being let go of in the
+        // background, must not stand in line ahead of it.
+        self.inner.letting_go.settled().await;
         let mut tries = 0;
         loop {
             let mut held = Hold {
@@ -348,6 +352,38 @@ pub async fn waiters(store: &dyn LeaseStore, target: &str) -> Result<Vec<LeaseIn
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_served_waiter_is_not_ahead_of_its_own_next_acquisition() {
+        use crate::store::memory::MemoryStore;
+        use crate::Config;
+        use std::sync::Arc;
+        let store = Arc::new(MemoryStore::new());
+        let ttl = Duration::from_secs(10);
+        let a = Leases::new(store.clone(), Config::new("a", ttl)).expect("config");
+        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
+        let held = a
+            .acquire("t", AcquireOptions::new())
+            .await
+            .expect("acquire");
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let options = AcquireOptions::new().fair().wait_for_lease();
+                b.acquire("t", options).await
+            }
+        });
+        while a.fair_waiters("t").await.expect("waiters").is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        a.release(held).await.expect("release");
+        // b is served: its place in line goes in the background.
+        let served = waiting.await.expect("task").expect("b is served");
+        b.release(served).await.expect("release");
+        // At once, failing fast: b's old place is not a waiter ahead of b.
+        let again = b.acquire("t", AcquireOptions::new().fair()).await;
+        assert!(again.is_ok(), "b's next fair acquisition: {again:?}");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_fair_wait_times_out_once_and_leaves_the_line() {
