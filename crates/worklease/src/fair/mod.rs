@@ -353,19 +353,25 @@ pub async fn waiters(store: &dyn LeaseStore, target: &str) -> Result<Vec<LeaseIn
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_served_waiter_is_not_ahead_of_its_own_next_acquisition() {
+    /// Holders `a` and `b` on one memory store (TTL 10 s), `a` holding `t`.
+    async fn a_holds_t_b_waits() -> (Leases, Leases, crate::Token) {
         use crate::store::memory::MemoryStore;
         use crate::Config;
         use std::sync::Arc;
         let store = Arc::new(MemoryStore::new());
         let ttl = Duration::from_secs(10);
         let a = Leases::new(store.clone(), Config::new("a", ttl)).expect("config");
-        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
+        let b = Leases::new(store, Config::new("b", ttl)).expect("config");
         let held = a
             .acquire("t", AcquireOptions::new())
             .await
             .expect("acquire");
+        (a, b, held)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_served_waiter_is_not_ahead_of_its_own_next_acquisition() {
+        let (a, b, held) = a_holds_t_b_waits().await;
         let waiting = tokio::spawn({
             let b = b.clone();
             async move {
@@ -387,17 +393,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_fair_wait_times_out_once_and_leaves_the_line() {
-        use crate::store::memory::MemoryStore;
-        use crate::Config;
-        use std::sync::Arc;
-        let store = Arc::new(MemoryStore::new());
-        let ttl = Duration::from_secs(10);
-        let a = Leases::new(store.clone(), Config::new("a", ttl)).expect("config");
-        let b = Leases::new(store.clone(), Config::new("b", ttl)).expect("config");
-        let held = a
-            .acquire("t", AcquireOptions::new())
-            .await
-            .expect("acquire");
+        let (a, b, held) = a_holds_t_b_waits().await;
         let _kept = a
             .start_renewal(held, RenewalOptions::new())
             .expect("renewal");
