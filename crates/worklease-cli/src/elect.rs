@@ -17,13 +17,18 @@
 //!    as a standby, campaigning again after `--backoff` (one TTL by
 //!    default), so that a waiting candidate takes over first.
 
+use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
 
 use nix::sys::signal::Signal;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use worklease::election::Elector;
+use worklease::limits::{HolderId, WorkId};
 use worklease::Error;
 
 use crate::exit::{self, Failure};
@@ -31,7 +36,86 @@ use crate::health::{self, Health};
 use crate::progress::Progress;
 use crate::run::{check_command, check_lease_args, default_holder, say_lost};
 use crate::supervise::{cannot_run, spawn, supervise, Signals};
-use crate::ElectArgs;
+use crate::{
+    parse_duration, parse_holder_id, parse_metrics_addr, parse_poll, parse_ttl, parse_work_id,
+    MetricsArg, StoreArg,
+};
+
+/// Arguments of `worklease elect`.
+#[derive(Args, Debug)]
+pub struct ElectArgs {
+    #[command(flatten)]
+    metrics: MetricsArg,
+
+    #[command(flatten)]
+    store: StoreArg,
+
+    /// Leadership TTL: how long a standby waits for a leader that stopped
+    /// renewing (renewed every TTL/3), e.g. 500ms, 15s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    ttl: Duration,
+
+    /// How often a candidate retries (a release wakes it at once on every
+    /// store but S3).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    poll: Duration,
+
+    /// Candidate (holder) ID [default: <hostname>:<pid>].
+    #[arg(long, value_name = "ID", value_parser = parse_holder_id)]
+    holder: Option<HolderId>,
+
+    /// How long the child's process group has between SIGTERM and SIGKILL:
+    /// SIGTERM comes --grace before the lease deadline while renewal fails,
+    /// at once when leadership is taken away [default: TTL/4, at most 10s;
+    /// at most TTL/2].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    grace: Option<Duration>,
+
+    /// Serve health endpoints on HOST:PORT: GET /livez (200 while this
+    /// process campaigns, leads or stands by), GET /readyz (200 while it
+    /// leads, 503 otherwise) and GET /leader (the JSON of `worklease
+    /// leader --json`). Bound at start: a busy address exits 69.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
+    health_addr: Option<std::net::SocketAddr>,
+
+    /// This candidate's priority: while standing by, it asks a leader of a
+    /// lower priority to step down (once per term); equal priorities never
+    /// do, so leadership does not swing between them [default: none, 0 as
+    /// a leader, and no asking].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    priority: Option<i32>,
+
+    /// After stepping down on a request (`worklease leader --step-down`):
+    /// how long this process stands by before it campaigns again, so that
+    /// a waiting candidate takes over first [default: the TTL].
+    #[arg(long, value_name = "DURATION", value_parser = parse_poll)]
+    backoff: Option<Duration>,
+
+    /// A value to publish while leading (the leader's address, say), at
+    /// most 4096 bytes: `worklease leader ELECTION` shows it with the
+    /// leader, so that followers can forward to it.
+    #[arg(long, value_name = "VALUE", value_parser = parse_published)]
+    publish: Option<String>,
+
+    /// The election (a work ID: 1 to 1024 bytes, no control characters).
+    #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
+    election: WorkId,
+
+    /// The command to run while leading, after `--`, and its arguments.
+    #[arg(value_name = "CMD", last = true, required = true, num_args = 1..)]
+    command: Vec<OsString>,
+}
+
+fn parse_published(s: &str) -> Result<String, String> {
+    let max = worklease::limits::MAX_PUBLISHED_VALUE_BYTES;
+    if s.len() > max {
+        return Err(format!(
+            "the value is {} bytes: the limit is {max} bytes",
+            s.len()
+        ));
+    }
+    Ok(s.to_string())
+}
 
 /// Runs `worklease elect` and returns its exit status.
 pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
