@@ -11,7 +11,7 @@
 //! process would (for SQLite the release then wakes them in-process;
 //! [`crate::handoff_processes`] measures waiters in other processes).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use worklease::{AcquireOptions, Config, LeaseStore, Leases, Token, WorkId};
 
-use crate::measure::{histogram, record, slice, Client, Tally};
+use crate::measure::{histogram, record, slice, Client, Failures, Tally};
 use crate::results::{HandoffMode, HandoffRow, Latency};
 use crate::stores::{Opened, PeerClient, PollOnly, Register};
 use crate::{Plan, Result};
@@ -238,22 +238,58 @@ struct Shared {
     hist: Mutex<Histogram<u64>>,
     /// Acquisitions so far.
     turns: watch::Sender<u64>,
-    samples: AtomicUsize,
-    errors: AtomicU64,
-    first_error: Mutex<Option<String>>,
-    done: CancellationToken,
-    target: usize,
-    deadline: Instant,
-    hold: Duration,
-    poll: Duration,
+    pace: Pace,
 }
 
-impl Shared {
-    fn error(&self, e: &crate::BoxError) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        if let Ok(mut first) = self.first_error.lock() {
-            first.get_or_insert_with(|| e.to_string());
+/// The pace of a hand-off loop, shared by its participants: how many
+/// hand-offs it takes and until when, how long a holder holds, and the
+/// participants' failures.
+pub(crate) struct Pace {
+    samples: AtomicUsize,
+    pub failures: Failures,
+    /// Cancelled at the target or the deadline.
+    pub done: CancellationToken,
+    target: usize,
+    pub deadline: Instant,
+    hold: Duration,
+    pub poll: Duration,
+}
+
+impl Pace {
+    /// The plan's hand-offs per configuration, within its time limit.
+    pub fn new(plan: &Plan) -> Self {
+        Pace {
+            samples: AtomicUsize::new(0),
+            failures: Failures::default(),
+            done: CancellationToken::new(),
+            target: plan.handoffs,
+            deadline: Instant::now() + plan.handoff_limit,
+            hold: plan.handoff_hold,
+            poll: plan.handoff_poll,
         }
+    }
+
+    /// Counts a hand-off that ended at `now`; ends the loop at the target
+    /// or past the deadline.
+    pub fn sampled(&self, now: Instant) {
+        let n = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.target || now >= self.deadline {
+            self.done.cancel();
+        }
+    }
+
+    /// Hand-offs so far, and whether that is short of the target.
+    pub fn samples(&self) -> (usize, bool) {
+        let n = self.samples.load(Ordering::Relaxed);
+        (n, n < self.target)
+    }
+
+    /// How long a new holder holds: the fixed time plus a random part of
+    /// a poll interval, so that releases fall at random points of the
+    /// pollers' schedules (a fixed hold would keep them in step with the
+    /// hand-offs).
+    pub fn hold(&self) -> Duration {
+        self.hold + self.poll.mul_f64(rand::thread_rng().gen_range(0.0..1.0))
     }
 }
 
@@ -266,14 +302,7 @@ pub(crate) async fn run(mut contenders: Vec<Box<dyn Contender>>, plan: &Plan) ->
         released_at: Mutex::new(None),
         hist: Mutex::new(histogram()),
         turns: watch::channel(0).0,
-        samples: AtomicUsize::new(0),
-        errors: AtomicU64::new(0),
-        first_error: Mutex::new(None),
-        done: CancellationToken::new(),
-        target: plan.handoffs,
-        deadline: Instant::now() + plan.handoff_limit,
-        hold: plan.handoff_hold,
-        poll: plan.handoff_poll,
+        pace: Pace::new(plan),
     });
     let tasks: Vec<_> = contenders
         .into_iter()
@@ -287,10 +316,10 @@ pub(crate) async fn run(mut contenders: Vec<Box<dyn Contender>>, plan: &Plan) ->
         return Err(format!("the hand-off participants did not stop within {limit:?}").into());
     }
     let hist = shared.hist.lock().map_err(|_| "poisoned")?.clone();
-    let first_error = shared.first_error.lock().map_err(|_| "poisoned")?.clone();
+    let (errors, first_error) = shared.pace.failures.get();
     Ok(Outcome {
         hist,
-        errors: shared.errors.load(Ordering::Relaxed),
+        errors,
         first_error,
     })
 }
@@ -300,10 +329,10 @@ async fn participant(mut c: Box<dyn Contender>, mut holding: bool, s: Arc<Shared
         if !holding {
             let taken = tokio::select! {
                 r = c.take() => r,
-                () = s.done.cancelled() => return,
+                () = s.pace.done.cancelled() => return,
             };
             if let Err(e) = taken {
-                s.error(&e);
+                s.pace.failures.add(&e);
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
@@ -313,23 +342,17 @@ async fn participant(mut c: Box<dyn Contender>, mut holding: bool, s: Arc<Shared
                 if let Ok(mut h) = s.hist.lock() {
                     record(&mut h, now - at);
                 }
-                let n = s.samples.fetch_add(1, Ordering::Relaxed) + 1;
-                if n >= s.target || now >= s.deadline {
-                    s.done.cancel();
-                }
+                s.pace.sampled(now);
             }
             s.turns.send_modify(|t| *t += 1);
         }
         holding = false;
-        // Hold for the fixed time plus a random part of a poll interval, so
-        // that releases fall at random points of the pollers' schedules (a
-        // fixed hold would keep them in step with the hand-offs).
-        let hold = s.hold + s.poll.mul_f64(rand::thread_rng().gen_range(0.0..1.0));
+        let hold = s.pace.hold();
         tokio::select! {
             () = tokio::time::sleep(hold) => {}
-            () = s.done.cancelled() => {
+            () = s.pace.done.cancelled() => {
                 if let Err(e) = c.give().await {
-                    s.error(&e);
+                    s.pace.failures.add(&e);
                 }
                 return;
             }
@@ -339,12 +362,12 @@ async fn participant(mut c: Box<dyn Contender>, mut holding: bool, s: Arc<Shared
             *r = Some(Instant::now());
         }
         if let Err(e) = c.give().await {
-            s.error(&e);
+            s.pace.failures.add(&e);
         }
         // Sit out until another participant took the lease.
         tokio::select! {
             _ = turns.changed() => {}
-            () = s.done.cancelled() => return,
+            () = s.pace.done.cancelled() => return,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Scenarios ([`ops`], [`handoff`], [`failover`], [`scale`],
-//! [`semaphore`], [`fair_handoff`], [`pool`]; run by [`scenarios`]) run on
+//! [`semaphore`], [`fair_handoff`], [`election`], [`pool`]; run by [`scenarios`]) run on
 //! every store of [`stores::table`] this build has and whose server
 //! answers (the pool scenario on SQLite only, with the `worklease` binary
 //! beside this one: `cargo build --release -p worklease-cli -p
@@ -18,6 +18,7 @@
 //! PNG plots.
 
 mod calls;
+mod election;
 mod failover;
 mod fair_handoff;
 mod handoff;
@@ -395,6 +396,7 @@ async fn run(args: RunArgs) -> Result<()> {
         scale: Vec::new(),
         semaphore: Vec::new(),
         fair_handoff: Vec::new(),
+        election: Vec::new(),
         pool: Vec::new(),
     };
     eprintln!(

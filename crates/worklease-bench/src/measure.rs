@@ -37,6 +37,30 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
     h.saturating_record((d.as_micros() as u64).max(1));
 }
 
+/// Failed calls of concurrent participants: how many, and the first.
+#[derive(Default)]
+pub struct Failures {
+    count: std::sync::atomic::AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl Failures {
+    /// Counts `e`, keeping it when it is the first.
+    pub fn add(&self, e: &dyn std::fmt::Display) {
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut first) = self.first.lock() {
+            first.get_or_insert_with(|| e.to_string());
+        }
+    }
+
+    /// How many, and the first.
+    pub fn get(&self) -> (u64, Option<String>) {
+        let first = self.first.lock().ok().and_then(|f| f.clone());
+        (self.count.load(std::sync::atomic::Ordering::Relaxed), first)
+    }
+}
+
 /// What a measurement of one variant added up to over its slices.
 pub struct Tally {
     hist: Histogram<u64>,

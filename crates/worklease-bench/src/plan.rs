@@ -62,6 +62,8 @@ pub struct Plan {
     pub semaphore_fair_permits: usize,
     /// Fair waiters of the fair hand-off.
     pub fair_handoff_waiters: Vec<usize>,
+    /// Standby candidates of the election hand-overs.
+    pub election_candidates: Vec<usize>,
     /// Pool coverage: (work IDs, TTL) of each measurement.
     pub pool_sizes: Vec<(usize, Duration)>,
     /// Pool coverage: `worklease pool` processes sharing the work IDs.
@@ -109,6 +111,7 @@ impl Plan {
                 semaphore_permits: vec![1, 16, 256],
                 semaphore_fair_permits: 16,
                 fair_handoff_waiters: vec![1, 4],
+                election_candidates: vec![1, 4],
                 pool_sizes: vec![(50, Duration::from_secs(3))],
                 pool_processes: 3,
                 pool_window: Duration::from_secs(1),
@@ -145,6 +148,7 @@ impl Plan {
                 semaphore_permits: vec![1, 16, 256],
                 semaphore_fair_permits: 16,
                 fair_handoff_waiters: vec![1, 16],
+                election_candidates: vec![1, 16],
                 pool_sizes: vec![
                     (2_000, Duration::from_secs(5)),
                     (10_000, Duration::from_secs(10)),

@@ -49,6 +49,11 @@ pub struct Run {
     /// to one waiter.
     #[serde(default)]
     pub fair_handoff: Vec<FairHandoffRow>,
+    /// election hand-overs after a resign or a step-down request, and an
+    /// observer's view of them, beside the unfair push hand-off to one
+    /// waiter.
+    #[serde(default)]
+    pub election: Vec<ElectionRow>,
     /// `worklease pool` processes covering N work IDs, beside this program
     /// spawning the same children.
     #[serde(default)]
@@ -448,6 +453,50 @@ pub struct FairHandoffRow {
     /// The hand-offs.
     #[serde(flatten)]
     pub handoff: HandoffRow,
+}
+
+/// How an election's leader gave up, in the election scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandOver {
+    /// Not an election: the unfair push hand-off to one waiter, the
+    /// goals' bound (2 round trips + one notification).
+    Bound,
+    /// `Leadership::resign`.
+    Resign,
+    /// `election::request_step_down` from another task.
+    StepDown,
+}
+
+impl HandOver {
+    /// Its name in the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HandOver::Bound => "bound",
+            HandOver::Resign => "resign",
+            HandOver::StepDown => "step-down",
+        }
+    }
+}
+
+/// One row of the election scenario.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ElectionRow {
+    /// How the leader gave up (or the bound).
+    pub how: HandOver,
+    /// The hand-overs: `waiters` are the standby candidates; the latency
+    /// is from the leader giving up (resign called, or its lost signal
+    /// fired on a step-down request) to the next leader's function
+    /// starting.
+    #[serde(flatten)]
+    pub handoff: HandoffRow,
+    /// An observer's delay: from each term's start to its first report of
+    /// it (0 when it reported the term first). `None` for the bound.
+    pub observed: Option<Latency>,
+    /// Terms the observer never reported (ended before it read them).
+    pub observed_missed: u64,
+    /// Step-down: from the request's start to the leader's lost signal.
+    pub seen: Option<Latency>,
 }
 
 /// `worklease pool` processes covering N work IDs, and this program

@@ -8,8 +8,8 @@ use crate::ops::WorkSet;
 use crate::results::{HandoffMode, HandoffRow, OpRow, Run, Skipped, StoreInfo};
 use crate::stores::Bench;
 use crate::{
-    failover, fair_handoff, handoff, handoff_processes, ops, pool, scale, semaphore, BoxError,
-    Plan, Result,
+    election, failover, fair_handoff, handoff, handoff_processes, ops, pool, scale, semaphore,
+    BoxError, Plan, Result,
 };
 
 /// The scenarios (`--scenarios`, by these names in kebab case).
@@ -31,6 +31,9 @@ pub enum Scenario {
     Semaphore,
     /// release → the next fair waiter ([`fair_handoff`]).
     FairHandoff,
+    /// an election's leader resigns or is asked to step down → the next
+    /// leader, and an observer's view ([`election`]).
+    Election,
     /// three `worklease pool` processes covering N work IDs on SQLite,
     /// beside spawning the children directly ([`pool`]).
     Pool,
@@ -214,6 +217,10 @@ pub async fn run_store(
                 Scenario::FairHandoff => {
                     let opened = bench.open("fair_handoff").await?;
                     fair_handoff::scenario(&opened, plan, &mut run.fair_handoff).await?;
+                }
+                Scenario::Election => {
+                    let opened = bench.open("election").await?;
+                    election::scenario(&opened, plan, &mut run.election).await?;
                 }
                 Scenario::Pool => {
                     if let Some(why) = pool::scenario(bench, plan, &mut run.pool).await? {

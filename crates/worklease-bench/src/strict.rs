@@ -10,7 +10,8 @@ use crate::stores;
 /// and semaphore, failed failover trials, scale runs that acquired nothing
 /// or counted no store call while renewing, pool measurements where not
 /// every child started within the limit (ours or the baseline's), a pool
-/// exited, or a process was left after the cleanup. (Failed calls of
+/// exited, or a process was left after the cleanup, an election row
+/// without a single hand-over. (Failed calls of
 /// waiters in the hand-offs are the store's answers under contention:
 /// reported, not fatal; nor is a goal not met.)
 pub fn problems(run: &Run) -> Vec<String> {
@@ -95,6 +96,16 @@ pub fn problems(run: &Run) -> Vec<String> {
                 wrong.join(", ")
             ));
         }
+    }
+    // An election that stalled (no hand-over at all) is a liveness bug.
+    for e in run.election.iter().filter(|e| e.handoff.latency.count == 0) {
+        v.push(format!(
+            "{} election {} with {} standbys: no hand-over ({})",
+            e.handoff.store,
+            e.how.as_str(),
+            e.handoff.waiters,
+            e.handoff.first_error.as_deref().unwrap_or("no error")
+        ));
     }
     for f in &run.failover {
         if f.errors > 0 {

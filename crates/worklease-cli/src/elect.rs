@@ -37,7 +37,7 @@ use crate::progress::Progress;
 use crate::run::{check_command, check_lease_args, default_holder, say_lost};
 use crate::supervise::{cannot_run, spawn, supervise, Signals};
 use crate::{
-    parse_duration, parse_holder_id, parse_metrics_addr, parse_poll, parse_ttl, parse_work_id,
+    parse_duration, parse_election, parse_holder_id, parse_metrics_addr, parse_poll, parse_ttl,
     MetricsArg, StoreArg,
 };
 
@@ -97,8 +97,9 @@ pub struct ElectArgs {
     #[arg(long, value_name = "VALUE", value_parser = parse_published)]
     publish: Option<String>,
 
-    /// The election (a work ID: 1 to 1024 bytes, no control characters).
-    #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
+    /// The election (a work ID: 1 to 1014 bytes, no control characters,
+    /// not ending with `/step-down`, which names its step-down requests).
+    #[arg(value_name = "ELECTION", value_parser = parse_election)]
     election: WorkId,
 
     /// The command to run while leading, after `--`, and its arguments.

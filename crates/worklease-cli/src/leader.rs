@@ -13,7 +13,7 @@ use worklease::{Error, WorkId};
 use crate::exit::{self, Failure};
 use crate::run::default_holder;
 use crate::status::{write_stdout, write_stdout_until_closed, StopSignals};
-use crate::{parse_poll, parse_work_id, StoreArg};
+use crate::{parse_election, parse_poll, StoreArg};
 
 /// Shown below `worklease leader --help`.
 pub const HELP: &str = "\
@@ -69,8 +69,9 @@ pub struct LeaderArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
     poll: Duration,
 
-    /// The election (a work ID: 1 to 1024 bytes, no control characters).
-    #[arg(value_name = "ELECTION", value_parser = parse_work_id)]
+    /// The election (a work ID: 1 to 1014 bytes, no control characters,
+    /// not ending with `/step-down`, which names its step-down requests).
+    #[arg(value_name = "ELECTION", value_parser = parse_election)]
     election: WorkId,
 }
 

@@ -797,6 +797,12 @@ fn parse_work_id(s: &str) -> Result<WorkId, String> {
     WorkId::new(s).map_err(|e| e.to_string())
 }
 
+/// An election's name, refused before any store is opened (`elect` would
+/// otherwise create the SQLite file first).
+fn parse_election(s: &str) -> Result<WorkId, String> {
+    worklease::election::check_name(s).map_err(|e| e.to_string())
+}
+
 fn parse_permits(s: &str) -> Result<usize, String> {
     let max = worklease::semaphore::MAX_PERMITS;
     match s.parse::<usize>() {

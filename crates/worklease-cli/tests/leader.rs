@@ -45,6 +45,26 @@ fn a_published_value_over_the_limit_is_a_usage_error_before_the_store_is_touched
     );
 }
 
+#[test]
+fn a_reserved_or_too_long_election_name_is_a_usage_error_before_the_store_is_touched() {
+    let w = World::new();
+    let long = "e".repeat(1015);
+    for (name, says) in [
+        ("sched/step-down", "reserved for the step-down requests"),
+        (long.as_str(), "the limit is 1014 bytes"),
+    ] {
+        for args in [vec!["elect", name, "--", "true"], vec!["leader", name]] {
+            let out = output(&w, &args);
+            assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+            assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+            assert!(
+                !w.path("store/leases.db").exists(),
+                "nothing may be created for bad input ({args:?})"
+            );
+        }
+    }
+}
+
 /// `elect` as `holder`, publishing `value`, standing by for 2 s after a
 /// step-down, with a child that appends its fencing token to
 /// `$D/<holder>.terms`, touches `$D/<holder>.started` and runs until

@@ -10,8 +10,8 @@
 
 use std::fmt::Write as _;
 
-use super::format::{failures, ms};
-use super::goals::{stores, Verdict, GOAL_FAIR_HANDOFF};
+use super::format::{failed_calls, failures, ms};
+use super::goals::{over_bound, stores, within_bound, Verdict, GOAL_FAIR_HANDOFF};
 use crate::results::{FairHandoffRow, Run};
 
 /// The bound row of `store` (the unfair push hand-off to one waiter).
@@ -70,12 +70,7 @@ pub fn verdicts(run: &Run, v: &mut Vec<Verdict>) {
                 )
             })
             .collect();
-        let met = b.handoff.latency.count > 0
-            && rows.iter().all(|r| {
-                r.handoff.errors == 0
-                    && r.handoff.latency.count > 0
-                    && r.handoff.latency.p50_us <= bound_us
-            });
+        let met = within_bound(&b.handoff, rows.iter().map(|r| &r.handoff));
         v.push(verdict(
             format!(
                 "{}; bound {} ms: the unfair push hand-off to one waiter, 2 round trips of {} ms + one notification ({} ms)",
@@ -96,20 +91,12 @@ pub fn why(run: &Run, v: &Verdict) -> Option<String> {
         return None;
     }
     let b = bound(run, &v.store)?;
-    let rtt = b.handoff.round_trip_us.max(1);
-    let over: Vec<String> = fair_rows(run, &v.store)
-        .iter()
-        .filter(|r| r.handoff.latency.p50_us > b.handoff.latency.p50_us)
-        .map(|r| {
-            let extra = r.handoff.latency.p50_us - b.handoff.latency.p50_us;
-            format!(
-                "{} ms more at {} waiter(s) ({:.1} round trips)",
-                ms(extra),
-                r.handoff.waiters,
-                extra as f64 / rtt as f64
-            )
-        })
-        .collect();
+    let over = over_bound(
+        &b.handoff,
+        fair_rows(run, &v.store)
+            .into_iter()
+            .map(|r| (format!("at {} waiter(s)", r.handoff.waiters), &r.handoff)),
+    );
     let errors: u64 = fair_rows(run, &v.store)
         .iter()
         .map(|r| r.handoff.errors)
@@ -170,16 +157,16 @@ pub fn table(w: &mut String, run: &Run) {
                 h.latency.p50_us as f64 / b.handoff.latency.p50_us.max(1) as f64
             ))
         );
-        if h.errors > 0 {
-            notes.push(format!(
-                "{} {} with {} waiters: {} failed calls (first: {})",
+        notes.extend(failed_calls(
+            format!(
+                "{} {} with {} waiters",
                 h.store,
                 if r.fair { "fair" } else { "bound" },
-                h.waiters,
-                h.errors,
-                h.first_error.as_deref().unwrap_or("?")
-            ));
-        }
+                h.waiters
+            ),
+            h.errors,
+            h.first_error.as_deref(),
+        ));
     }
     failures(w, "Failures", &notes);
 }

@@ -59,3 +59,14 @@ pub fn failures(w: &mut String, heading: &str, items: &[String]) {
         let _ = writeln!(w, "- {i}");
     }
 }
+
+/// "LABEL: N failed calls (first: E)" for a row of a hand-off table with
+/// failures, or nothing.
+pub fn failed_calls(label: String, errors: u64, first: Option<&str>) -> Option<String> {
+    (errors > 0).then(|| {
+        format!(
+            "{label}: {errors} failed calls (first: {})",
+            first.unwrap_or("?")
+        )
+    })
+}

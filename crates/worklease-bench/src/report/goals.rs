@@ -1,4 +1,4 @@
-//! The goals of issues 10, 17 and 18, judged from a run's figures: one
+//! The goals of issues 10, 17, 18 and 19, judged from a run's figures: one
 //! [`Verdict`] per goal and store.
 
 use super::format::{ms, ms_f, rate};
@@ -26,6 +26,11 @@ pub const GOAL_SEMAPHORE: &str =
     "permit acquire → release with a free permit ≥ 0.9 × a lease cycle (reused IDs) at N = 1, 16 and 256";
 pub const GOAL_FAIR_HANDOFF: &str =
     "hand-off to the next fair waiter within 2 store round trips + one notification (median)";
+// The goals of issue 19 (elections).
+pub const GOAL_ELECTION_HANDOVER: &str =
+    "election hand-over after resign or step-down within 2 store round trips + one notification (median, 1 and 16 standbys)";
+pub const GOAL_OBSERVE: &str =
+    "an observer learns of a new leader within one notification (stores with notifications) or one poll interval";
 
 /// The row of `store` at `clients` clients (and `bytes`) of `variant`.
 pub fn find<'a>(
@@ -38,6 +43,38 @@ pub fn find<'a>(
     rows.iter().find(|r| {
         r.store == store && r.clients == clients && r.bytes == bytes && r.variant == variant
     })
+}
+
+/// Whether `bound` was measured and every row ran without failures with
+/// a median within the bound's (the fair hand-off and election goals).
+pub fn within_bound<'a>(
+    bound: &HandoffRow,
+    rows: impl IntoIterator<Item = &'a HandoffRow>,
+) -> bool {
+    bound.latency.count > 0
+        && rows.into_iter().all(|r| {
+            r.errors == 0 && r.latency.count > 0 && r.latency.p50_us <= bound.latency.p50_us
+        })
+}
+
+/// "X ms more LABEL (N round trips)" for each of the labelled rows whose
+/// median is over `bound`'s, in round trips of the bound's store.
+pub fn over_bound<'a>(
+    bound: &HandoffRow,
+    rows: impl IntoIterator<Item = (String, &'a HandoffRow)>,
+) -> Vec<String> {
+    let rtt = bound.round_trip_us.max(1);
+    rows.into_iter()
+        .filter(|(_, r)| r.latency.p50_us > bound.latency.p50_us)
+        .map(|(label, r)| {
+            let extra = r.latency.p50_us - bound.latency.p50_us;
+            format!(
+                "{} ms more {label} ({:.1} round trips)",
+                ms(extra),
+                extra as f64 / rtt as f64
+            )
+        })
+        .collect()
 }
 
 /// The stores of a run, in its order.
@@ -201,6 +238,7 @@ pub fn goals(run: &Run) -> Vec<Verdict> {
     super::pool::verdicts(run, &mut v);
     super::semaphore::verdicts(run, &mut v);
     super::fair::verdicts(run, &mut v);
+    super::election::verdicts(run, &mut v);
     v
 }
 

@@ -1,6 +1,7 @@
 //! BENCHMARKS.md from a run's JSON: the machine, the exact command, the
 //! goals and whether they were met, a table per scenario, the plots.
 
+mod election;
 mod fair;
 mod format;
 mod goals;
@@ -169,6 +170,7 @@ pub fn markdown(run: &Run, json: &str, plots: &[(String, String)]) -> String {
     scale::tables(w, run);
     semaphore::table(w, run);
     fair::table(w, run);
+    election::table(w, run);
     pool::table(w, run);
     for s in stores(run) {
         if let Some(note) = store_note(s) {
@@ -284,6 +286,7 @@ mod tests {
             scale: Vec::new(),
             semaphore: Vec::new(),
             fair_handoff: Vec::new(),
+            election: Vec::new(),
             pool: Vec::new(),
         }
     }

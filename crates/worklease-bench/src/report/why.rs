@@ -84,7 +84,8 @@ fn reason(run: &Run, v: &Verdict) -> String {
     let why = super::scale::why(run, v)
         .or_else(|| super::pool::why(run, v))
         .or_else(|| super::semaphore::why(run, v))
-        .or_else(|| super::fair::why(run, v));
+        .or_else(|| super::fair::why(run, v))
+        .or_else(|| super::election::why(run, v));
     if let Some(why) = why {
         return why;
     }

@@ -66,7 +66,7 @@ mod step_down;
 pub use campaign::Campaign;
 pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
 use record::{check_value, Record};
-pub use step_down::{request_step_down, REQUEST_TTL};
+pub use step_down::{check_name, request_step_down, REQUEST_TTL};
 
 /// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses
 /// it only to report [`State::is_expired`] and [`State::ttl`]; no decision

@@ -33,6 +33,27 @@ const SUFFIX: &str = "/step-down";
 /// its acquisition and its release delays the next request.
 pub const REQUEST_TTL: Duration = Duration::from_secs(10);
 
+/// Checks that `name` can name an election: a valid work ID short enough
+/// to carry its step-down requests' suffix, and not itself such a
+/// requests' work ID. The checks [`super::ElectorBuilder::build`] makes,
+/// for a caller (the CLI) that wants to refuse a name before it opens a
+/// store.
+///
+/// ```
+/// assert!(worklease::election::check_name("scheduler").is_ok());
+/// assert!(worklease::election::check_name("scheduler/step-down").is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::Invalid`] naming the limit: not a work ID (empty, over
+/// [`MAX_WORK_ID_BYTES`], a control character), over
+/// [`MAX_WORK_ID_BYTES`] − 10 bytes, or ending with `/step-down`.
+pub fn check_name(name: &str) -> Result<WorkId> {
+    let election = WorkId::new(name)?;
+    requests_id(&election)?;
+    Ok(election)
+}
+
 /// The work ID of `election`'s step-down requests.
 ///
 /// # Errors
