@@ -218,8 +218,11 @@ async fn term(l: Leadership, how: HandOver, s: Arc<Shared>) -> watch::Receiver<u
         }
         s.pace.sampled(now);
     }
-    if let Ok(mut started) = s.started.lock() {
-        started.push((l.state().generation, now));
+    // Terms after the last hand-over end at once: not the observer's to see.
+    if !s.pace.done.is_cancelled() {
+        if let Ok(mut started) = s.started.lock() {
+            started.push((l.state().generation, now));
+        }
     }
     s.terms.send_modify(|t| *t += 1);
     let turns = s.terms.subscribe();
@@ -283,21 +286,22 @@ async fn requester(
     }
 }
 
-/// Ends the hand-overs at the time limit; when they stalled (fewer than
-/// the target), records an error naming who led then.
+/// Ends the hand-overs at the time limit; when none happened at all,
+/// records an error naming who led then. (Fewer than the target is no
+/// error: where the store does not notify, a leader sees a step-down
+/// request only at its next read of it, once per renewal interval.)
 async fn watchdog(store: Arc<dyn LeaseStore>, name: String, s: Arc<Shared>) {
     tokio::select! {
         () = tokio::time::sleep_until(s.pace.deadline) => {}
         () = s.pace.done.cancelled() => return,
     }
-    let (done, short) = s.pace.samples();
-    if short {
+    if s.pace.samples() == 0 {
         let leader = match election::observe(store, name, s.pace.poll) {
             Ok(mut leaders) => format!("{:?}", leaders.next().await),
             Err(e) => e.to_string(),
         };
         s.pace.failures.add(&format!(
-            "stalled: {done} hand-overs within the time limit; the leader then: {leader}"
+            "stalled: no hand-over within the time limit; the leader then: {leader}"
         ));
     }
     s.pace.done.cancel();

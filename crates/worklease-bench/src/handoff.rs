@@ -278,10 +278,9 @@ impl Pace {
         }
     }
 
-    /// Hand-offs so far, and whether that is short of the target.
-    pub fn samples(&self) -> (usize, bool) {
-        let n = self.samples.load(Ordering::Relaxed);
-        (n, n < self.target)
+    /// Hand-offs so far.
+    pub fn samples(&self) -> usize {
+        self.samples.load(Ordering::Relaxed)
     }
 
     /// How long a new holder holds: the fixed time plus a random part of

@@ -493,7 +493,10 @@ pub struct ElectionRow {
     /// An observer's delay: from each term's start to its first report of
     /// it (0 when it reported the term first). `None` for the bound.
     pub observed: Option<Latency>,
-    /// Terms the observer never reported (ended before it read them).
+    /// Terms the observer never reported (ended before it read them; a
+    /// first leader of a free election is seen at the next poll, as no
+    /// store notifies an acquisition). Terms after the last hand-over are
+    /// not counted.
     pub observed_missed: u64,
     /// Step-down: from the request's start to the leader's lost signal.
     pub seen: Option<Latency>,
