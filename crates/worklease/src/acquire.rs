@@ -118,7 +118,7 @@ impl Leases {
                 Err(e) => return Err(self.acquire_failed(first, attempts, duration, e)),
             };
             match nap(&options, expires_in, watches, wait_until).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(WaitEnd::Cancelled) => {
                     let e = Error::Cancelled {
                         work_id: first.to_string(),
@@ -236,6 +236,15 @@ impl AllHeld {
     }
 }
 
+/// How a nap ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// One of its watches fired (a store notification).
+    Notified,
+    /// Its time was up (the poll interval, or the expiry waited for).
+    Slept,
+}
+
 /// Why a wait ended before its nap did.
 pub(crate) enum WaitEnd {
     /// The options' cancellation token fired.
@@ -247,14 +256,14 @@ pub(crate) enum WaitEnd {
 /// One nap of a waiting acquisition: until the next poll, or just past
 /// `expires_in` (the earliest expiry among the holders waited for) if that
 /// comes first, with a jitter of up to 10% to spread many waiters; or until
-/// one of `watches` (store notifications) fires. Ends early when the
-/// options' cancellation token fires or `wait_until` passes.
+/// one of `watches` (store notifications) fires, which it tells. Ends
+/// early when the options' cancellation token fires or `wait_until` passes.
 pub(crate) async fn nap(
     options: &AcquireOptions,
     expires_in: Option<Duration>,
     watches: Vec<futures_util::future::BoxFuture<'static, ()>>,
     wait_until: Option<Instant>,
-) -> std::result::Result<(), WaitEnd> {
+) -> std::result::Result<Woken, WaitEnd> {
     let mut nap = options.poll_interval;
     if let Some(left) = expires_in {
         nap = nap.min(left + Duration::from_millis(1));
@@ -268,8 +277,8 @@ pub(crate) async fn nap(
         }
     };
     tokio::select! {
-        _ = tokio::time::sleep(nap) => Ok(()),
-        _ = woken => Ok(()),
+        _ = tokio::time::sleep(nap) => Ok(Woken::Slept),
+        _ = woken => Ok(Woken::Notified),
         _ = async { match &options.cancel { Some(c) => c.cancelled().await, None => std::future::pending().await } } => {
             Err(WaitEnd::Cancelled)
         }

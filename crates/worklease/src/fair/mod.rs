@@ -23,12 +23,13 @@
 //! once (fast path: nobody is ahead) and, when it is free, take it before
 //! letting the queue lease go. Otherwise take the lowest free slot's
 //! waiter lease, write the line with itself at the end, release the queue
-//! lease, and
-//! wait until no waiter before it is live (woken by the store's
-//! notifications of their release, by the earliest expiry among them, or
-//! by the poll interval); then acquire the target as an unfair waiter
-//! would (only later waiters, who wait for it, and unfair acquirers
-//! compete), and release its waiter lease.
+//! lease, and wait until no waiter before it is live: it watches the one
+//! just before it (woken by the store's notification of its release, by
+//! its expiry, or by the poll interval) and looks at the others again
+//! when that one left, so a release wakes one waiter, not the whole line;
+//! then acquire the target as an unfair waiter would (only later waiters,
+//! who wait for it, and unfair acquirers compete), and release its waiter
+//! lease.
 //!
 //! The order is strict among fair waiters; acquirers that do not ask for
 //! fairness are not queued and may take a free lease or permit before a
@@ -37,14 +38,15 @@
 //! the queue lease, a checkpoint read, the target's acquisition and the
 //! queue lease's release (four, plus an `inspect` when the queue is not
 //! empty); a queued waiter adds its waiter lease, a checkpoint write, an
-//! `inspect` per wake-up and the release of its waiter lease.
+//! `inspect` per wake-up (of the waiter just before it, or of all before
+//! it once that one left) and the release of its waiter lease.
 
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::acquire::WaitEnd;
+use crate::acquire::{WaitEnd, Woken};
 use crate::error::{Error, Result};
 use crate::lease::{AcquireOptions, Leases};
 use crate::renewal::RenewalOptions;
@@ -226,10 +228,14 @@ impl Leases {
         record.push(me);
         self.checkpoint(&held.queue_token()?, encode(&record))
             .await?;
-        held.release_queue().await;
         tracing::debug!(target = %line.target, slot = me.slot, ahead = ahead.len(), "joined a fair line");
-
-        self.wait_for_turn(line, ahead, options, give_up_at).await?;
+        // In line: the queue lease goes while the turn is awaited (the
+        // release is not on this waiter's way to the target).
+        let (_, turn) = tokio::join!(
+            held.release_queue(),
+            self.wait_for_turn(line, ahead, options, give_up_at)
+        );
+        turn?;
         match try_target(unfair(true)).await {
             // The wait's timeout is the caller's whole one.
             Err(Error::WaitTimedOut { work_id, .. }) => Err(Error::WaitTimedOut {
@@ -274,8 +280,19 @@ impl Leases {
         Ok((live, infos))
     }
 
-    /// Waits until no waiter of `ahead` is in line any more, or
-    /// `give_up_at` (the acquisition's wait timeout) passes.
+    /// Waits until no waiter of `ahead` (those in line before this one,
+    /// in order) is in line any more, or `give_up_at` (the acquisition's
+    /// wait timeout) passes. Only the last of them still in line, the
+    /// waiter just before this one, is watched, and looked at while it
+    /// stays: served in order, it leaves after all the others; when it
+    /// leaves, all of them are looked at again (one `inspect`), and when
+    /// some are still there (it gave up, or died, before them), the last
+    /// of those is watched next. So a release wakes the one waiter behind
+    /// it, not the whole line: a hand-off costs one waiter's `inspect`,
+    /// not one per waiter (each waking on every release of one before it
+    /// was a burst of `inspect`s quadratic in the line's length, which
+    /// saturated etcd at 16 waiters). A dead waiter is found by the
+    /// waiter just behind it, woken at its expiry.
     async fn wait_for_turn(
         &self,
         line: &Line,
@@ -283,21 +300,44 @@ impl Leases {
         options: &AcquireOptions,
         give_up_at: Option<Instant>,
     ) -> Result<()> {
+        // Whether to look at every waiter of `ahead` (the one just before
+        // this one left, or may have) or at that one only.
+        let mut all = false;
         loop {
-            // Watch before looking, so a release in between still wakes us.
-            let watches: Vec<_> = ahead
-                .iter()
-                .filter_map(|e| line.waiter(e.slot).ok())
-                .filter_map(|id| self.store().watch(&id))
-                .collect();
-            let (live, infos) = self.live_entries(line, &ahead).await?;
-            if live.is_empty() {
+            let Some(&before) = ahead.last() else {
                 return Ok(());
+            };
+            // Watch before looking, so a release in between still wakes us.
+            let id = line.waiter(before.slot)?;
+            let watches: Vec<_> = self.store().watch(&id).into_iter().collect();
+            let looked = if all {
+                &ahead[..]
+            } else {
+                std::slice::from_ref(&before)
+            };
+            let (live, infos) = self.live_entries(line, looked).await?;
+            if live.last() != Some(&before) {
+                // It left: look at those before it, or, having looked,
+                // watch the last of them still in line.
+                if all {
+                    ahead = live;
+                } else {
+                    ahead.pop();
+                }
+                all = !all;
+                continue;
             }
-            ahead = live;
-            let expires_in = infos.iter().filter_map(|i| i.expires_in).min();
-            match crate::acquire::nap(options, expires_in, watches, give_up_at).await {
-                Ok(()) => {}
+            if all {
+                ahead = live;
+            }
+            let expires_in = infos
+                .iter()
+                .find(|i| i.work_id == id)
+                .and_then(|i| i.expires_in);
+            all = match crate::acquire::nap(options, expires_in, watches, give_up_at).await {
+                // Most likely it left: look at everyone at once.
+                Ok(Woken::Notified) => true,
+                Ok(Woken::Slept) => false,
                 Err(WaitEnd::Cancelled) => {
                     return Err(Error::Cancelled {
                         work_id: line.target.clone(),
@@ -309,7 +349,7 @@ impl Leases {
                         waited: options.wait_timeout.unwrap_or_default(),
                     })
                 }
-            }
+            };
         }
     }
 
@@ -379,9 +419,7 @@ mod tests {
                 b.acquire("t", options).await
             }
         });
-        while a.fair_waiters("t").await.expect("waiters").is_empty() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        line_of(&a, 1).await;
         a.release(held).await.expect("release");
         // b is served: its place in line goes in the background.
         let served = waiting.await.expect("task").expect("b is served");
@@ -389,6 +427,45 @@ mod tests {
         // At once, failing fast: b's old place is not a waiter ahead of b.
         let again = b.acquire("t", AcquireOptions::new().fair()).await;
         assert!(again.is_ok(), "b's next fair acquisition: {again:?}");
+    }
+
+    /// Waits until `n` waiters are in the line of `t`.
+    async fn line_of(leases: &Leases, n: usize) {
+        while leases.fair_waiters("t").await.expect("waiters").len() != n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_whose_predecessor_gives_up_waits_for_those_before_it() {
+        let (a, b, held) = a_holds_t_b_waits().await;
+        let config = |h: &str| crate::Config::new(h, Duration::from_secs(10));
+        let c = Leases::new(a.store().clone(), config("c")).expect("config");
+        let d = Leases::new(a.store().clone(), config("d")).expect("config");
+        let fair = AcquireOptions::new().fair().wait_for_lease();
+        let wait =
+            |l: Leases, o: AcquireOptions| tokio::spawn(async move { l.acquire("t", o).await });
+        let b_waits = wait(b.clone(), fair.clone());
+        line_of(&a, 1).await;
+        let give_up = tokio_util::sync::CancellationToken::new();
+        let c_waits = wait(c, fair.clone().cancel_on(give_up.clone()));
+        line_of(&a, 2).await;
+        let d_waits = wait(d.clone(), fair);
+        line_of(&a, 3).await;
+        // c, just before d, leaves first: d still waits for b.
+        give_up.cancel();
+        assert!(matches!(
+            c_waits.await.expect("task"),
+            Err(Error::Cancelled { .. })
+        ));
+        line_of(&a, 2).await;
+        a.release(held).await.expect("release");
+        let served = b_waits.await.expect("task").expect("b is served first");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!d_waits.is_finished(), "d went before b let go of t");
+        b.release(served).await.expect("release");
+        let got = d_waits.await.expect("task").expect("d is served next");
+        d.release(got).await.expect("release");
     }
 
     #[tokio::test(start_paused = true)]
