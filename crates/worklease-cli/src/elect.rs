@@ -78,10 +78,13 @@ pub struct ElectArgs {
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
     health_addr: Option<std::net::SocketAddr>,
 
-    /// This candidate's priority: while standing by, it asks a leader of a
-    /// lower priority to step down (once per term); equal priorities never
-    /// do, so leadership does not swing between them [default: none, 0 as
-    /// a leader, and no asking].
+    /// This candidate's priority (any i32, negative too): while standing
+    /// by, it asks a leader of a lower priority to step down (once per
+    /// term); equal priorities never do, so leadership does not swing
+    /// between them. A preferred candidate that was asked to step down
+    /// takes leadership back after --backoff: to move leadership off it
+    /// for good, restart it with a lower priority [default: none, 0 as a
+    /// leader, and no asking].
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     priority: Option<i32>,
 
@@ -94,7 +97,7 @@ pub struct ElectArgs {
     /// A value to publish while leading (the leader's address, say), at
     /// most 4096 bytes: `worklease leader ELECTION` shows it with the
     /// leader, so that followers can forward to it.
-    #[arg(long, value_name = "VALUE", value_parser = parse_published)]
+    #[arg(long, value_name = "VALUE")]
     publish: Option<String>,
 
     /// The election (a work ID: 1 to 1014 bytes, no control characters,
@@ -107,15 +110,17 @@ pub struct ElectArgs {
     command: Vec<OsString>,
 }
 
-fn parse_published(s: &str) -> Result<String, String> {
+/// Checks a value to publish. Not a clap value parser: clap's error
+/// would echo the whole value (kilobytes of it) back.
+fn check_published(value: Option<&str>) -> Result<(), Failure> {
     let max = worklease::limits::MAX_PUBLISHED_VALUE_BYTES;
-    if s.len() > max {
-        return Err(format!(
-            "the value is {} bytes: the limit is {max} bytes",
-            s.len()
-        ));
+    match value {
+        Some(v) if v.len() > max => Err(Failure::usage(format!(
+            "--publish: the value is {} bytes: the limit is {max} bytes",
+            v.len()
+        ))),
+        _ => Ok(()),
     }
-    Ok(s.to_string())
 }
 
 /// Runs `worklease elect` and returns its exit status.
@@ -127,6 +132,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
+    check_published(args.publish.as_deref())?;
     let (child_url, store) = args.store.open()?;
     args.metrics.serve()?;
     // On a terminal: who leads, refreshed while campaigning.

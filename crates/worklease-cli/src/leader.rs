@@ -26,12 +26,16 @@ leads).
 A value that is not UTF-8 (published through the library) is printed with
 U+FFFD in place of bad bytes.
 
-Without --watch, an election that nobody leads exits 69 with a message.
+Without --watch, an election that nobody leads exits 69 with a message
+(with --json, after printing the object with holder_id null).
 With --watch: one line now and one per change (a new leader, a new
 published value, nobody leading), until SIGINT or SIGTERM (exit 0). A
 change is seen at once where the store notifies a release (all but S3),
 a new leader within a few round trips after that, and anything else
-within --poll.
+within --poll. A new leader is shown with its value once it has written
+its term's record (one round trip after taking the lease); one that
+writes none (a lease not taken by `elect`) is shown without after about
+--poll.
 
 --step-down asks the leader to give up instead (it sees the request at
 once where the store notifies, within a third of its TTL otherwise): its
@@ -187,6 +191,10 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
     if !args.watch {
         let now = changes.next().await.unwrap_or(Ok(None))?;
         let Some(state) = now else {
+            // The null object too, so that `leader --json | jq` reads one.
+            if args.json {
+                write_stdout(&line(&args.election, None, true)?)?;
+            }
             return Err(no_leader(&args.election));
         };
         write_stdout(&line(&args.election, Some(&state), args.json)?)?;

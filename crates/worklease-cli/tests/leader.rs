@@ -26,6 +26,12 @@ fn an_election_nobody_leads_exits_69_naming_it() {
         "{}",
         stderr(&out)
     );
+    // --json prints the null object as well, so a pipe into jq reads one.
+    let out = output(&w, &["leader", "--json", "sched"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let v = json_line(String::from_utf8_lossy(&out.stdout).trim());
+    assert_eq!(v["election"], "sched");
+    assert!(v["holder_id"].is_null(), "{v}");
 }
 
 #[test]
@@ -38,6 +44,11 @@ fn a_published_value_over_the_limit_is_a_usage_error_before_the_store_is_touched
         stderr(&out).contains("the limit is 4096 bytes"),
         "{}",
         stderr(&out)
+    );
+    assert!(
+        !stderr(&out).contains(&big),
+        "the value is not echoed back: {} bytes of stderr",
+        stderr(&out).len()
     );
     assert!(
         !w.path("store/leases.db").exists(),

@@ -12,9 +12,13 @@
 //! interval. After a notification that found nobody leading, it reads again
 //! after twice the last read's round trip, doubling up to the poll
 //! interval, so that the next leader (woken by the same notification) is
-//! seen within a few round trips instead of a poll. A new published value
-//! during a term, and a new leader on a store without notifications, are
-//! seen within one poll interval.
+//! seen within a few round trips instead of a poll. A new term is reported
+//! with its record (value, start, priority): seen before its leader wrote
+//! it (one round trip after the acquisition), it is read again after twice
+//! the read's round trip, doubling, and reported without a record only
+//! when none came within the poll interval. A new published value during a
+//! term, and a new leader on a store without notifications, are seen
+//! within one poll interval.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -188,6 +192,8 @@ impl Watcher {
     async fn next_change(&mut self) -> Result<Option<State>> {
         // After a notification that found nobody leading: the next re-read.
         let mut quick: Option<Duration> = None;
+        // A new term seen before its record: the next re-read.
+        let mut unrecorded: Option<Duration> = None;
         loop {
             let notified = match self.wait.take() {
                 Some(wait) => {
@@ -219,6 +225,25 @@ impl Watcher {
                 }
                 _ => quick = None,
             }
+            // A term not reported yet whose record is not written yet (it
+            // is, one round trip after the acquisition): read again soon,
+            // doubling up to the poll interval, rather than report a
+            // leader without its value; after that, report it as it is
+            // (a lease taken by something else than an elector).
+            let hold_back = match &read {
+                Ok(Some(s)) if s.since.is_none() && !self.reported(s.generation) => {
+                    let r = unrecorded
+                        .map_or(round_trip * 2, |r| r * 2)
+                        .max(Duration::from_millis(1));
+                    unrecorded = (r < self.poll_interval).then_some(r);
+                    next = next.min(r);
+                    unrecorded.is_some()
+                }
+                _ => {
+                    unrecorded = None;
+                    false
+                }
+            };
             let sleep = tokio::time::sleep(next);
             self.wait = Some(match woken {
                 Some(w) => async move {
@@ -243,13 +268,20 @@ impl Watcher {
                             s.transitions,
                         )
                     });
-                    if self.last.as_ref() != Some(&seen) {
+                    if !hold_back && self.last.as_ref() != Some(&seen) {
                         self.last = Some(seen);
                         return Ok(state);
                     }
                 }
             }
         }
+    }
+}
+
+impl Watcher {
+    /// Whether the last item reported the term `generation`.
+    fn reported(&self, generation: u64) -> bool {
+        matches!(&self.last, Some(Some((_, g, ..))) if *g == generation)
     }
 }
 
@@ -280,5 +312,66 @@ impl State {
             priority,
             clock: clock.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Elector;
+    use crate::store::fault::FaultStore;
+    use crate::store::memory::MemoryStore;
+    use crate::{AcquireOptions, Config, Leases};
+
+    const POLL: Duration = Duration::from_millis(500);
+
+    /// A hand-over whose new leader hears every reply 100 ms late, so
+    /// that its record is written 200 ms after the store granted its
+    /// lease: the observer, reading every few milliseconds after the
+    /// release's notification, sees the lease long before the record and
+    /// must report the term with its record, not a leader without value.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_term_is_reported_with_its_record_when_it_comes_late() {
+        let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+        let old = Leases::new(store.clone(), Config::new("old", Duration::from_secs(10)))
+            .expect("config");
+        let held = old
+            .acquire("sched", AcquireOptions::new())
+            .await
+            .expect("free");
+        let slow = Arc::new(FaultStore::new(store.clone()));
+        slow.set_reply_delay(Duration::from_millis(100));
+        let next = Elector::builder(slow, "sched", "next")
+            .ttl(Duration::from_secs(10))
+            .poll_interval(POLL)
+            .publish("next:1")
+            .build()
+            .expect("valid");
+        let leading =
+            tokio::spawn(async move { next.lead(|l| async move { l.state().generation }).await });
+        let mut seen = observe(store.clone(), "sched", POLL).expect("valid");
+        let first = seen.next().await.expect("endless").expect("answers");
+        assert_eq!(first.expect("old leads").owner, "old");
+        // The candidate is waiting (its first attempt answered, 100 ms
+        // late); the release wakes it and the observer.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        old.release(held).await.expect("release");
+        let mut reported = Vec::new();
+        loop {
+            let item = seen.next().await.expect("endless").expect("answers");
+            let done = item.as_ref().is_some_and(|s| s.owner == "next");
+            reported.push(item);
+            if done {
+                break;
+            }
+        }
+        let term = leading.await.expect("task").expect("leads");
+        let last = reported.last().and_then(Option::as_ref).expect("next");
+        assert_eq!(last.generation, term);
+        assert_eq!(last.value.as_deref(), Some(&b"next:1"[..]), "{reported:?}");
+        assert!(
+            last.since.is_some(),
+            "reported before its record: {reported:?}"
+        );
     }
 }
