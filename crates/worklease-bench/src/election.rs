@@ -104,7 +104,17 @@ async fn hand_overs(
         seen: Mutex::new(histogram()),
         started: Mutex::new(Vec::new()),
         terms: watch::channel(0).0,
-        pace: Pace::new(plan),
+        // Without notifications a leader sees a step-down request at its
+        // next read of it, once per renewal interval (TTL/3): time for a
+        // few of those.
+        pace: Pace::within(
+            plan,
+            if how == HandOver::StepDown && !notified {
+                plan.handoff_limit.max(plan.ttl * 2)
+            } else {
+                plan.handoff_limit
+            },
+        ),
     });
     let observer = tokio::spawn(observer(
         election::observe(store.clone(), name.clone(), plan.handoff_poll)?,
@@ -132,10 +142,10 @@ async fn hand_overs(
     // an error that says who led then.
     let watchdog = tokio::spawn(watchdog(store.clone(), name.clone(), shared.clone()));
     // Bounded: a task stuck in the store is abandoned.
-    let limit = plan.handoff_limit + Duration::from_secs(30);
+    let limit = shared.pace.deadline + Duration::from_secs(30);
     let all = futures_util::future::join_all(tasks);
-    if tokio::time::timeout(limit, all).await.is_err() {
-        return Err(format!("the election's candidates did not stop within {limit:?}").into());
+    if tokio::time::timeout_at(limit, all).await.is_err() {
+        return Err("the election's candidates did not stop within 30 s of the time limit".into());
     }
     watchdog.abort();
     let seen_by_observer = observer.await?;

@@ -258,12 +258,17 @@ pub(crate) struct Pace {
 impl Pace {
     /// The plan's hand-offs per configuration, within its time limit.
     pub fn new(plan: &Plan) -> Self {
+        Self::within(plan, plan.handoff_limit)
+    }
+
+    /// The plan's hand-offs per configuration, within `limit`.
+    pub fn within(plan: &Plan, limit: Duration) -> Self {
         Pace {
             samples: AtomicUsize::new(0),
             failures: Failures::default(),
             done: CancellationToken::new(),
             target: plan.handoffs,
-            deadline: Instant::now() + plan.handoff_limit,
+            deadline: Instant::now() + limit,
             hold: plan.handoff_hold,
             poll: plan.handoff_poll,
         }
