@@ -702,7 +702,11 @@ impl Elector {
             let Ok(Some(leader)) = seen else { continue };
             let lower = leader.since.is_some() && leader.priority < mine;
             if lower && asked != Some(leader.generation) && leader.owner != self.owner() {
-                match self.request_step_down().await {
+                // The request names the term seen here: a leader of equal
+                // priority that took over meanwhile is not asked.
+                let store = self.inner.leases.store().clone();
+                let requests = &self.inner.step_down;
+                match step_down::ask(store, requests, leader.generation, self.owner()).await {
                     Ok(_) => asked = Some(leader.generation),
                     Err(e) => {
                         tracing::warn!(error = %e, "asking a lower-priority leader to step down failed")

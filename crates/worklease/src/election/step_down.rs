@@ -113,15 +113,29 @@ pub async fn request_step_down(
         .ok_or_else(|| Error::NoLease {
             election: election.to_string(),
         })?;
-    let holder = format!("{}/{requester}", leader.generation);
+    ask(store, &id, leader.generation, &requester).await?;
+    tracing::info!(election = %election, leader = %leader.owner, term = leader.generation, "asked the leader to step down");
+    Ok(leader)
+}
+
+/// Asks the leader of `term` to step down: holds the request lease
+/// `requests` as `TERM/REQUESTER` and releases it. Only the leader of that
+/// term honours it, so a caller that decided on one leader (a higher
+/// priority asking a lower one) never ends the term of another that took
+/// over meanwhile.
+pub(crate) async fn ask(
+    store: Arc<dyn LeaseStore>,
+    requests: &WorkId,
+    term: u64,
+    requester: &str,
+) -> Result<()> {
+    let holder = format!("{term}/{requester}");
     let leases = Leases::new(store, Config::new(holder, REQUEST_TTL))?;
     let wait = AcquireOptions::new()
         .wait_for_lease()
         .wait_timeout(REQUEST_TTL + Duration::from_secs(1));
-    let token = leases.acquire(id.as_str(), wait).await?;
-    leases.release(token).await?;
-    tracing::info!(election = %election, leader = %leader.owner, term = leader.generation, "asked the leader to step down");
-    Ok(leader)
+    let token = leases.acquire(requests.as_str(), wait).await?;
+    leases.release(token).await
 }
 
 /// Completes when a step-down request for `term` is seen on `requests`:
@@ -170,6 +184,74 @@ mod tests {
         assert!(!names_term("17/ops", 7));
         assert!(!names_term("7", 7));
         assert!(!names_term("x/7", 7));
+    }
+
+    /// A candidate of priority `priority` on `store` that leads until its
+    /// leadership is lost, reporting (owner, term) when it starts and
+    /// when it ends.
+    fn candidate(
+        store: Arc<dyn LeaseStore>,
+        owner: &'static str,
+        priority: i32,
+        events: tokio::sync::mpsc::UnboundedSender<(&'static str, u64, bool)>,
+    ) -> tokio::task::JoinHandle<()> {
+        let e = super::super::Elector::builder(store, "e", owner)
+            .ttl(Duration::from_secs(30))
+            .poll_interval(Duration::from_secs(1))
+            .priority(priority)
+            .build()
+            .expect("valid");
+        tokio::spawn(async move {
+            loop {
+                let events = events.clone();
+                let led = e
+                    .lead(|l| async move {
+                        let term = l.state().generation;
+                        let _ = events.send((owner, term, true));
+                        l.lost().cancelled().await;
+                        let _ = events.send((owner, term, false));
+                    })
+                    .await;
+                if led.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
+    /// Broke once (found by a break test): a higher priority that saw a
+    /// lower leader asked "whoever leads now" to step down, and when a
+    /// candidate of its own priority had taken over in between, ended that
+    /// one's term: equal priorities swung. P sees every reply 100 ms late,
+    /// so E takes over from L while P's request is on its way.
+    #[tokio::test(start_paused = true)]
+    async fn a_priority_request_ends_only_the_lower_term_it_saw() {
+        use crate::store::fault::FaultStore;
+        use crate::store::memory::MemoryStore;
+        let store: Arc<dyn LeaseStore> = Arc::new(MemoryStore::new());
+        let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let l = candidate(store.clone(), "l", 1, tx.clone());
+        assert_eq!(events.recv().await.map(|e| (e.0, e.2)), Some(("l", true)));
+        let slow = Arc::new(FaultStore::new(store.clone()));
+        slow.set_delay(Duration::from_millis(100));
+        let p = candidate(slow, "p", 5, tx.clone());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let e = candidate(store.clone(), "e", 5, tx);
+        let mut led = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, events.recv()).await {
+            led.push(ev);
+        }
+        // L gives way once, to a priority 5; that term is never ended.
+        let starts: Vec<_> = led.iter().filter(|e| e.2).collect();
+        assert_eq!(starts.len(), 1, "one hand-over only: {led:?}");
+        assert!(
+            !led.iter().any(|e| !e.2 && e.0 != "l"),
+            "a priority-5 term ended: {led:?}"
+        );
+        for t in [l, p, e] {
+            t.abort();
+        }
     }
 
     #[test]
