@@ -14,9 +14,9 @@
 //! interval, so that the next leader (woken by the same notification) is
 //! seen within a few round trips instead of a poll. A new term is reported
 //! with its record (value, start, priority): seen before its leader wrote
-//! it (one round trip after the acquisition), it is read again after twice
-//! the read's round trip, doubling, and reported without a record only
-//! when none came within the poll interval. A new published value during a
+//! it (two round trips after the acquisition), it is read again at once a
+//! few times, then after twice the read's round trip, doubling, and
+//! reported without a record only when none came within the poll interval. A new published value during a
 //! term, and a new leader on a store without notifications, are seen
 //! within one poll interval.
 
@@ -36,6 +36,10 @@ use super::{Clock, State};
 use crate::error::{InvalidInput, Result};
 use crate::limits::{HolderId, WorkId};
 use crate::store::{LeaseInfo, LeaseRef, LeaseStore};
+
+/// How many times an observer reads again at once after it saw a new term
+/// whose record is not written yet, before it waits between reads.
+const IMMEDIATE_REREADS: u32 = 8;
 
 /// How often an observer reads to see a new leader where no notification
 /// tells it: the default of [`observe`], as [`crate::DEFAULT_POLL_INTERVAL`].
@@ -192,7 +196,8 @@ impl Watcher {
     async fn next_change(&mut self) -> Result<Option<State>> {
         // After a notification that found nobody leading: the next re-read.
         let mut quick: Option<Duration> = None;
-        // A new term seen before its record: the next re-read.
+        // A new term seen before its record: reads so far, the next delay.
+        let mut unrecorded_reads = 0;
         let mut unrecorded: Option<Duration> = None;
         loop {
             let notified = match self.wait.take() {
@@ -226,24 +231,38 @@ impl Watcher {
                 _ => quick = None,
             }
             // A term not reported yet whose record is not written yet (it
-            // is, one round trip after the acquisition): read again soon,
-            // doubling up to the poll interval, rather than report a
-            // leader without its value; after that, report it as it is
-            // (a lease taken by something else than an elector).
+            // is, two round trips after the acquisition: the handed record
+            // read, its own written): read again at once, a few times
+            // (each read is a round trip), then after twice the read's
+            // round trip, doubling up to the poll interval, rather than
+            // report a leader without its value; after that, report it as
+            // it is (a lease taken by something else than an elector).
             let hold_back = match &read {
                 Ok(Some(s)) if s.since.is_none() && !self.reported(s.generation) => {
-                    let r = unrecorded
-                        .map_or(round_trip * 2, |r| r * 2)
-                        .max(Duration::from_millis(1));
-                    unrecorded = (r < self.poll_interval).then_some(r);
-                    next = next.min(r);
-                    unrecorded.is_some()
+                    unrecorded_reads += 1;
+                    if unrecorded_reads <= IMMEDIATE_REREADS {
+                        next = Duration::ZERO;
+                        true
+                    } else {
+                        let r = unrecorded
+                            .map_or(round_trip * 2, |r| r * 2)
+                            .max(Duration::from_millis(1));
+                        unrecorded = (r < self.poll_interval).then_some(r);
+                        next = next.min(r);
+                        unrecorded.is_some()
+                    }
                 }
                 _ => {
+                    unrecorded_reads = 0;
                     unrecorded = None;
                     false
                 }
             };
+            if next.is_zero() {
+                // No timer: its millisecond resolution is many round trips.
+                self.wait = None;
+                continue;
+            }
             let sleep = tokio::time::sleep(next);
             self.wait = Some(match woken {
                 Some(w) => async move {
