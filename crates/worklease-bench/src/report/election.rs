@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 
 use super::format::{failed_calls, failures, ms};
 use super::goals::{
-    over_bound, stores, within_bound, Verdict, GOAL_ELECTION_HANDOVER, GOAL_OBSERVE,
+    of_bound, over_bound, stores, within_bound, Verdict, GOAL_ELECTION_HANDOVER, GOAL_OBSERVE,
 };
 use crate::results::{ElectionRow, HandOver, Run};
 
@@ -77,7 +77,7 @@ pub fn verdicts(run: &Run, v: &mut Vec<Verdict>) {
                         r.how.as_str(),
                         r.handoff.waiters,
                         ms(r.handoff.latency.p50_us),
-                        r.handoff.latency.p50_us as f64 / bound_us.max(1) as f64
+                        of_bound(&r.handoff, &b.handoff)
                     )
                 })
                 .collect();
@@ -199,10 +199,7 @@ pub fn table(w: &mut String, run: &Run) {
             ms(h.latency.p99_us),
             h.latency.count,
             ms(h.round_trip_us),
-            b.map_or("-".into(), |b| format!(
-                "{:.2}",
-                h.latency.p50_us as f64 / b.handoff.latency.p50_us.max(1) as f64
-            )),
+            b.map_or("-".into(), |b| format!("{:.2}", of_bound(h, &b.handoff))),
             opt(r.seen.as_ref().map(|l| l.p50_us)),
             opt(r.observed.as_ref().map(|l| l.p50_us)),
             opt(r.observed.as_ref().map(|l| l.p99_us)),

@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 
 use super::format::{failed_calls, failures, ms};
-use super::goals::{over_bound, stores, within_bound, Verdict, GOAL_FAIR_HANDOFF};
+use super::goals::{of_bound, over_bound, stores, within_bound, Verdict, GOAL_FAIR_HANDOFF};
 use crate::results::{FairHandoffRow, Run};
 
 /// The bound row of `store` (the unfair push hand-off to one waiter).
@@ -66,7 +66,7 @@ pub fn verdicts(run: &Run, v: &mut Vec<Verdict>) {
                     "{} waiter(s): {} ms ({:.2} × the bound)",
                     r.handoff.waiters,
                     ms(r.handoff.latency.p50_us),
-                    r.handoff.latency.p50_us as f64 / bound_us.max(1) as f64
+                    of_bound(&r.handoff, &b.handoff)
                 )
             })
             .collect();
@@ -152,10 +152,7 @@ pub fn table(w: &mut String, run: &Run) {
             h.latency.p50_us as f64 / h.round_trip_us.max(1) as f64,
             b.filter(|b| b.handoff.notified)
                 .map_or("-".into(), |b| ms(notification_us(b))),
-            b.map_or("-".into(), |b| format!(
-                "{:.2}",
-                h.latency.p50_us as f64 / b.handoff.latency.p50_us.max(1) as f64
-            ))
+            b.map_or("-".into(), |b| format!("{:.2}", of_bound(h, &b.handoff)))
         );
         notes.extend(failed_calls(
             format!(

@@ -57,6 +57,12 @@ pub fn within_bound<'a>(
         })
 }
 
+/// `row`'s median as a multiple of `bound`'s (the fair hand-off and
+/// election tables and goals).
+pub fn of_bound(row: &HandoffRow, bound: &HandoffRow) -> f64 {
+    row.latency.p50_us as f64 / bound.latency.p50_us.max(1) as f64
+}
+
 /// "X ms more LABEL (N round trips)" for each of the labelled rows whose
 /// median is over `bound`'s, in round trips of the bound's store.
 pub fn over_bound<'a>(

@@ -16,9 +16,9 @@
 //! with its record (value, start, priority): seen before its leader wrote
 //! it (two round trips after the acquisition), it is read again at once a
 //! few times, then after twice the read's round trip, doubling, and
-//! reported without a record only when none came within the poll interval. A new published value during a
-//! term, and a new leader on a store without notifications, are seen
-//! within one poll interval.
+//! reported without a record only when none came within the poll
+//! interval. A new published value during a term, and a new leader on a
+//! store without notifications, are seen within one poll interval.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -215,11 +215,7 @@ impl Watcher {
             let mut next = self.poll_interval;
             match &read {
                 Ok(None) if notified || quick.is_some() => {
-                    let q = quick
-                        .map_or(round_trip * 2, |q| q * 2)
-                        .max(Duration::from_millis(1));
-                    quick = (q < self.poll_interval).then_some(q);
-                    next = q.min(self.poll_interval);
+                    (quick, next) = doubled(quick, round_trip, self.poll_interval);
                 }
                 Ok(Some(s)) => {
                     quick = None;
@@ -244,11 +240,9 @@ impl Watcher {
                         next = Duration::ZERO;
                         true
                     } else {
-                        let r = unrecorded
-                            .map_or(round_trip * 2, |r| r * 2)
-                            .max(Duration::from_millis(1));
-                        unrecorded = (r < self.poll_interval).then_some(r);
-                        next = next.min(r);
+                        let delay;
+                        (unrecorded, delay) = doubled(unrecorded, round_trip, self.poll_interval);
+                        next = next.min(delay);
                         unrecorded.is_some()
                     }
                 }
@@ -295,13 +289,25 @@ impl Watcher {
             }
         }
     }
-}
 
-impl Watcher {
     /// Whether the last item reported the term `generation`.
     fn reported(&self, generation: u64) -> bool {
         matches!(&self.last, Some(Some((_, g, ..))) if *g == generation)
     }
+}
+
+/// The next of a series of quick re-reads: twice the last read's round
+/// trip, then doubling (at least 1 ms), up to `limit`. Returns the series'
+/// state (`None` once it reached `limit`) and the delay before the read.
+fn doubled(
+    last: Option<Duration>,
+    round_trip: Duration,
+    limit: Duration,
+) -> (Option<Duration>, Duration) {
+    let d = last
+        .map_or(round_trip * 2, |d| d * 2)
+        .max(Duration::from_millis(1));
+    ((d < limit).then_some(d), d.min(limit))
 }
 
 impl State {
