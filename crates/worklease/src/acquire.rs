@@ -14,7 +14,7 @@ use crate::metrics as m;
 use crate::observe::AcquireEvent;
 #[cfg(doc)]
 use crate::store::LeaseStore;
-use crate::store::{Grant, LeaseRef};
+use crate::store::{Grant, Handoff, LeaseRef};
 use crate::token::Token;
 
 /// How many work IDs the first store call of an acquisition of "the
@@ -33,6 +33,18 @@ impl Leases {
         work_ids: &[WorkId],
         options: AcquireOptions,
     ) -> Result<Token> {
+        self.acquire_granted(work_ids, options)
+            .await
+            .map(|(token, _)| token)
+    }
+
+    /// [`Leases::acquire_first`] with the hand-off the store reported with
+    /// the grant (who held the lease before, and how it ended).
+    pub(crate) async fn acquire_granted(
+        &self,
+        work_ids: &[WorkId],
+        options: AcquireOptions,
+    ) -> Result<(Token, Handoff)> {
         let first = &work_ids[0];
         if options.poll_interval < Duration::from_millis(1) {
             return Err(InvalidInput::Config(format!(
@@ -109,7 +121,7 @@ impl Leases {
                         duration,
                     });
                     tracing::debug!(work_id = %work_id, fencing_token = token.fencing_token, "lease acquired");
-                    return Ok(token);
+                    return Ok((token, grant.handoff));
                 }
                 Ok(Err(held)) if options.wait => held.expires_in,
                 Ok(Err(held)) => {

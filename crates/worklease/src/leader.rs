@@ -178,12 +178,12 @@ where
     let (out, state, lost) = elector
         .lead(|leadership| async move {
             let state = leadership.state().clone();
-            let renewal = leadership.renewal();
+            let loss = leadership.loss();
             if let Some(cb) = &config.on_elected {
                 cb(&state);
             }
             let out = f(leadership).await;
-            (out, state, renewal.lost_cause())
+            (out, state, loss.cause())
         })
         .await?;
     // `lead` has released by now (unless the lease was lost).

@@ -19,7 +19,7 @@ use crate::observe::{
 };
 use crate::renewal::{Renewal, RenewalOptions};
 use crate::session::SessionHandle;
-use crate::store::{Checkpoint, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Handoff, LeaseRef, LeaseStore};
 use crate::token::Token;
 
 /// The default poll interval of a waiting acquisition (as in the Go
@@ -263,6 +263,19 @@ impl Leases {
     /// * [`Error::Store`] when the store fails (also while waiting: the
     ///   caller decides whether to try again).
     pub async fn acquire(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
+        self.acquire_handed(work_id, options)
+            .await
+            .map(|(token, _)| token)
+    }
+
+    /// [`Leases::acquire`] with the hand-off the store reported with the
+    /// grant; `None` for a fair acquisition (its grant passes through the
+    /// line).
+    pub(crate) async fn acquire_handed(
+        &self,
+        work_id: &str,
+        options: AcquireOptions,
+    ) -> Result<(Token, Option<Handoff>)> {
         let store = self.inner.store.kind();
         let span = tracing::info_span!(
             "worklease.acquire",
@@ -285,10 +298,12 @@ impl Leases {
                 });
                 return self
                     .acquire_fair(work_id.as_str(), options, try_target)
-                    .await;
+                    .await
+                    .map(|token| (token, None));
             }
-            self.acquire_first(std::slice::from_ref(&work_id), options)
+            self.acquire_granted(std::slice::from_ref(&work_id), options)
                 .await
+                .map(|(token, handoff)| (token, Some(handoff)))
         }
         .instrument(span.clone())
         .await;
@@ -296,7 +311,7 @@ impl Leases {
             &span,
             started,
             &result,
-            result.as_ref().ok().map(|t| t.fencing_token),
+            result.as_ref().ok().map(|(t, _)| t.fencing_token),
         );
         m::count(m::ACQUISITIONS_TOTAL, store, &result);
         result

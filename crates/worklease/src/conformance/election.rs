@@ -514,3 +514,50 @@ pub async fn election_priority_prefers_and_equals_never_swing(s: &Suite) {
     );
     drop(a_events);
 }
+
+/// A term's record is written while its work starts (ADR 0016). When that
+/// write keeps failing while renewals pass, the term ends as a lost lease
+/// does: the work has started, the lost signal fires with the write's
+/// error by one renewal back-off past the lease's deadline (the writes are
+/// retried until then), the lease is released once the work returned, and
+/// a standby leads only after the signal fired.
+pub async fn election_term_ends_when_its_record_cannot_be_written(s: &Suite) {
+    let election = s.work_id("unrecorded");
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    faulty.set_fail_checkpoints(true);
+    let leader = elector(s, faulty.clone(), &election, "cand-unrecorded");
+    let standby = elector(s, s.store.clone(), &election, "cand-standby");
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel();
+    let campaigned = Instant::now();
+    let lead = tokio::spawn(async move {
+        leader
+            .lead(|l| async move {
+                // The work runs although its record is never written.
+                l.lost().cancelled().await;
+                let _ = lost_tx.send((Instant::now(), l.lost_cause()));
+            })
+            .await
+            .expect("lead")
+    });
+    let (lost_at, cause) = lost_rx.await.expect("the leader's signal fires");
+    assert!(
+        matches!(&cause, Some(Error::Store(e)) if e.to_string().contains("checkpoint refused")),
+        "cause: {cause:?}"
+    );
+    let backoff = crate::renewal::RenewalOptions::new().backoff_initial();
+    let bound = s.ttl + backoff + s.slack();
+    assert!(
+        lost_at - campaigned <= bound,
+        "the signal fired {:?} after the campaign began, more than the TTL and one back-off ({bound:?})",
+        lost_at - campaigned
+    );
+    lead.await.expect("leader task");
+    let standby_at = standby
+        .lead(|_| async { Instant::now() })
+        .await
+        .expect("standby leads");
+    assert!(
+        standby_at >= lost_at,
+        "S1: the standby led before the unrecorded leader's signal fired"
+    );
+}

@@ -257,6 +257,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, election_resign_hands_over_without_overlap);
             $crate::conformance_tests!(@one $paused, $make, election_step_down_request_is_honoured);
             $crate::conformance_tests!(@one $paused, $make, election_priority_prefers_and_equals_never_swing);
+            $crate::conformance_tests!(@one $paused, $make, election_term_ends_when_its_record_cannot_be_written);
 
             #[tokio::test(start_paused = $paused)]
             async fn concurrent_stress() {

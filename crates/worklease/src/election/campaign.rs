@@ -11,12 +11,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::record::Record;
 use super::step_down;
-use super::{Elector, Event, EventKind, State};
+use super::{Elector, Event, EventKind, State, Term};
 use crate::error::Error;
 use crate::finish::release_within;
 use crate::metrics::LeaderGauge;
 use crate::renewal::Renewal;
-use crate::token::Token;
 
 async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
     loop {
@@ -25,7 +24,7 @@ async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: Cancella
             _ = tx.closed() => return,
             r = elector.campaign() => r,
         };
-        let (token, renewal, record) = match won {
+        let term = match won {
             Ok(won) => won,
             Err(e) => {
                 tracing::warn!(election = %elector.inner.election, error = %e, "campaign failed; retrying");
@@ -35,7 +34,7 @@ async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: Cancella
                 }
             }
         };
-        if !lead_term(&elector, &tx, &stop, &token, &record, renewal).await {
+        if !lead_term(&elector, &tx, &stop, term).await {
             return;
         }
     }
@@ -48,15 +47,20 @@ async fn lead_term(
     elector: &Elector,
     tx: &mpsc::Sender<Event>,
     stop: &CancellationToken,
-    token: &Token,
-    record: &Record,
-    mut renewal: Renewal,
+    term: Term,
 ) -> bool {
+    let Term {
+        token,
+        mut renewal,
+        started: record,
+        record: written,
+        record_failed,
+    } = term;
     let _is_leader = LeaderGauge::new(elector.inner.election.as_str(), renewal.lost_signal());
     let clock = &elector.inner.clock;
     let mut event = Some(Event {
         kind: EventKind::Acquired,
-        state: State::of_term(token, record, clock),
+        state: State::of_term(&token, &record, clock),
         error: None,
     });
     let watching = CancellationToken::new();
@@ -71,12 +75,8 @@ async fn lead_term(
     tokio::pin!(requested);
     loop {
         if let Some(ev) = event.take() {
-            let lost = ev.kind == EventKind::Lost;
             if tx.send(ev).await.is_err() {
                 break; // the stream was dropped
-            }
-            if lost {
-                return true;
             }
         }
         let change = tokio::select! {
@@ -84,25 +84,53 @@ async fn lead_term(
             _ = tx.closed() => break,
             c = renewal.changed() => c,
             true = &mut requested => {
-                return step_down(elector, tx, stop, record, renewal).await;
+                return step_down(elector, tx, stop, &record, &written, renewal).await;
             }
+            () = record_failed.failed() => Err(record_failed.error().unwrap_or_else(|| {
+                lost_unexplained(&renewal)
+            })),
         };
         event = Some(match change {
             Ok(t) => Event {
                 kind: EventKind::Renewed,
-                state: State::of_term(&t, record, clock),
+                state: State::of_term(&t, &record, clock),
                 error: None,
             },
-            Err(e) => Event {
-                kind: EventKind::Lost,
-                state: State::of_term(&renewal.token(), record, clock),
-                error: Some(e),
-            },
+            Err(e) => {
+                let lost = Event {
+                    kind: EventKind::Lost,
+                    state: State::of_term(&renewal.token(), &record, clock),
+                    error: Some(e),
+                };
+                // Heard first, then released (the lease may still be held
+                // when the record's write failed), as on a step-down.
+                let heard = tx.send(lost).await.is_ok();
+                release_term(elector, &written, renewal).await;
+                return heard;
+            }
         });
     }
+    release_term(elector, &written, renewal).await;
+    false
+}
+
+/// Releases the term's lease once the first write of its record is done
+/// (each bounded by the release timeout; nothing when the lease was lost).
+async fn release_term(elector: &Elector, record: &tokio::sync::Mutex<Record>, renewal: Renewal) {
+    let timeout = elector.inner.release_timeout;
+    drop(tokio::time::timeout(timeout, record.lock()).await);
     let leases = elector.inner.leases.clone();
     release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
-    false
+}
+
+/// The cause to report when a term ended without one recorded.
+fn lost_unexplained(renewal: &Renewal) -> Error {
+    let token = renewal.token();
+    Error::WindowExhausted {
+        work_id: token.work_id().to_string(),
+        fencing_token: token.fencing_token(),
+        last_error: None,
+    }
 }
 
 /// A step-down request for this term arrived: report `Lost` with
@@ -113,6 +141,7 @@ async fn step_down(
     tx: &mpsc::Sender<Event>,
     stop: &CancellationToken,
     record: &Record,
+    written: &tokio::sync::Mutex<Record>,
     renewal: Renewal,
 ) -> bool {
     tracing::info!(election = %elector.inner.election, "step-down requested: resigning");
@@ -126,8 +155,7 @@ async fn step_down(
         }),
     };
     let heard = tx.send(lost).await.is_ok();
-    let leases = elector.inner.leases.clone();
-    release_within(leases, Arc::new(renewal), elector.inner.release_timeout).await;
+    release_term(elector, written, renewal).await;
     if !heard {
         return false;
     }

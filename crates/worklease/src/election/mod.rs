@@ -26,11 +26,14 @@
 //! address followers forward to, at most
 //! [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`]), when the term started, and
 //! the **transitions** (changes of holder) since the election's first
-//! leader, kept by the store across restarts of every process. Starting a
-//! term therefore costs two round trips after the acquisition (read the
-//! record handed over, write the new one). The election's checkpoint
-//! belongs to the elector: keep a leader's own state under a work ID of
-//! its own.
+//! leader, kept by the store across restarts of every process. The record
+//! is written while the term's work starts, so a hand-over costs what the
+//! lease's hand-off costs, plus one read of the record handed over where
+//! this elector did not know it (it led the term before, or saw that
+//! term's record while waiting with a priority); a term whose record
+//! cannot be written ends as a lost lease does (ADR 0016). The election's
+//! checkpoint belongs to the elector: keep a leader's own state under a
+//! work ID of its own.
 //!
 //! What it does not guarantee: that a leader's *actions* stop the instant
 //! its lease ends. The lost signal fires at the holder's deadline (send
@@ -62,11 +65,14 @@ mod campaign;
 mod observe;
 mod record;
 mod step_down;
+mod term;
 
 pub use campaign::Campaign;
 pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
 use record::{check_value, Record};
 pub use step_down::{check_name, request_step_down, REQUEST_TTL};
+use term::Term;
+pub(crate) use term::{Loss, RecordFailure};
 
 /// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses
 /// it only to report [`State::is_expired`] and [`State::ttl`]; no decision
@@ -347,6 +353,7 @@ impl Elector {
                 step_down,
                 resign_backoff: None,
                 priority: None,
+                known: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -371,6 +378,10 @@ struct ElectorInner {
     resign_backoff: Option<Duration>,
     /// [`ElectorBuilder::priority`], when set.
     priority: Option<i32>,
+    /// The latest record of this election this elector knows (it wrote it,
+    /// or saw it while waiting): the next term it leads takes its
+    /// transitions from it without reading when the hand-off names it.
+    known: std::sync::Mutex<Option<Record>>,
 }
 
 /// One candidate in one election (hoplock: `Elector`). Cheap to clone.
@@ -404,7 +415,10 @@ pub struct Leadership {
     lost: CancellationToken,
     renewal: Arc<Renewal>,
     elector: Elector,
-    record: tokio::sync::Mutex<Record>,
+    /// The term's record; locked while a write of it is under way.
+    record: Arc<tokio::sync::Mutex<Record>>,
+    /// Fires when the first write of the term's record failed.
+    record_failed: RecordFailure,
     /// Set when this term was given up (resign, or a step-down request):
     /// the lost signal's cause is then `Resigned`.
     resigned: Arc<AtomicBool>,
@@ -424,18 +438,21 @@ impl Leadership {
     }
 
     /// A signal that fires the moment leadership is lost (renewal fenced,
-    /// expired or window exhausted) or given up ([`Leadership::resign`]).
-    /// Stop leading when it does.
+    /// expired or window exhausted, or the first write of the term's
+    /// record failed) or given up ([`Leadership::resign`], a step-down
+    /// request). Stop leading when it does.
     pub fn lost(&self) -> CancellationToken {
         self.lost.clone()
     }
 
     /// Why leadership was lost, once it was: the renewal's cause
-    /// (`Fenced`, `Expired`, `WindowExhausted`) where the lease was lost,
-    /// else [`Error::Resigned`] after [`Leadership::resign`] or a
-    /// step-down request ([`request_step_down`]).
+    /// (`Fenced`, `Expired`, `WindowExhausted`) where the lease was lost;
+    /// the write's error where the first write of the term's record failed
+    /// (it runs while the term's work starts: ADR 0016); else
+    /// [`Error::Resigned`] after [`Leadership::resign`] or a step-down
+    /// request ([`request_step_down`]).
     pub fn lost_cause(&self) -> Option<Error> {
-        self.renewal.lost_cause().or_else(|| {
+        self.loss().cause().or_else(|| {
             self.resigned
                 .load(Ordering::SeqCst)
                 .then(|| Error::Resigned {
@@ -463,35 +480,43 @@ impl Leadership {
         }
         self.resigned.store(true, Ordering::SeqCst);
         self.lost.cancel();
-        let leases = self.elector.inner.leases.clone();
+        // Released after the term's record is written, if it still is
+        // (waiting at most the release timeout).
         let timeout = self.elector.inner.release_timeout;
+        let _record = tokio::time::timeout(timeout, self.record.lock()).await;
+        let leases = self.elector.inner.leases.clone();
         finish_within(leases, self.renewal.clone(), None, timeout).await
     }
 
     /// Ends this term when a step-down request for it arrives
-    /// ([`request_step_down`]): the lost signal fires (cause `Resigned`)
-    /// while the lease stays renewed; [`Elector::lead`] releases once the
+    /// ([`request_step_down`]) or the first write of its record failed:
+    /// the lost signal fires (cause `Resigned`, or the write's error) while
+    /// the lease stays renewed; [`Elector::lead`] releases once the
     /// function has returned, so that nobody else leads while the work is
     /// still stopping. A task that ends with `stop`.
-    fn honour_step_down(&self, stop: CancellationToken) {
+    fn watch_term(&self, stop: CancellationToken) {
         let requests = self.elector.inner.step_down.clone();
-        let (elector, resigned, lost) = (
+        let (elector, resigned, lost, record_failed) = (
             self.elector.clone(),
             self.resigned.clone(),
             self.lost.clone(),
+            self.record_failed.clone(),
         );
         let term = self.state.generation;
         tokio::spawn(async move {
             let store = elector.inner.leases.store().clone();
             let interval = elector.inner.renew_interval;
-            if step_down::requested(store, requests, term, interval, stop).await {
-                tracing::info!(
-                    election = %elector.inner.election,
-                    term,
-                    "step-down requested: stopping the work; the lease is released once it stopped"
-                );
-                resigned.store(true, Ordering::SeqCst);
-                lost.cancel();
+            tokio::select! {
+                asked = step_down::requested(store, requests, term, interval, stop) => if asked {
+                    tracing::info!(
+                        election = %elector.inner.election,
+                        term,
+                        "step-down requested: stopping the work; the lease is released once it stopped"
+                    );
+                    resigned.store(true, Ordering::SeqCst);
+                    lost.cancel();
+                },
+                () = record_failed.failed() => lost.cancel(),
             }
         });
     }
@@ -525,6 +550,7 @@ impl Leadership {
         leases
             .checkpoint(&self.renewal.token(), next.encode())
             .await?;
+        self.elector.remember(&next);
         *record = next;
         *self
             .elector
@@ -540,9 +566,13 @@ impl Leadership {
         self.record.lock().await.value.clone()
     }
 
-    /// The renewal behind this leadership, for [`crate::leader::elect`].
-    pub(crate) fn renewal(&self) -> Arc<Renewal> {
-        self.renewal.clone()
+    /// How this leadership's lease can be lost (not given up), for
+    /// [`crate::leader::elect`].
+    pub(crate) fn loss(&self) -> Loss {
+        Loss {
+            renewal: self.renewal.clone(),
+            record_failed: self.record_failed.clone(),
+        }
     }
 }
 
@@ -645,7 +675,7 @@ impl Elector {
         )
     }
 
-    async fn campaign(&self) -> Result<(Token, Renewal, Record)> {
+    async fn campaign(&self) -> Result<Term> {
         let span = tracing::info_span!(
             "worklease.election.campaign",
             election = %self.inner.election,
@@ -657,14 +687,14 @@ impl Elector {
         );
         let started = tokio::time::Instant::now();
         let result = self.campaign_inner().instrument(span.clone()).await;
-        if let Ok((token, _, _)) = &result {
-            span.record("generation", token.fencing_token);
+        if let Ok(term) = &result {
+            span.record("generation", term.token.fencing_token);
         }
         finish_span(&span, started, &result, None);
         result
     }
 
-    async fn campaign_inner(&self) -> Result<(Token, Renewal, Record)> {
+    async fn campaign_inner(&self) -> Result<Term> {
         // A candidate reports 0 until it leads, so that "nobody leads" is a
         // sum of zeros an alert can see, not an absent series.
         metrics::gauge!(crate::metrics::IS_LEADER, "election" => self.inner.election.to_string())
@@ -675,22 +705,17 @@ impl Elector {
         let acquire = self
             .inner
             .leases
-            .acquire(self.inner.election.as_str(), opts);
-        let token = match self.inner.priority {
+            .acquire_handed(self.inner.election.as_str(), opts);
+        let (token, handoff) = match self.inner.priority {
             None => acquire.await?,
             Some(mine) => {
                 tokio::select! {
-                    token = acquire => token?,
+                    acquired = acquire => acquired?,
                     never = self.ask_lower_priorities(mine) => match never {},
                 }
             }
         };
-        let (token, record) = self.start_term(token).await?;
-        let renewal = self
-            .inner
-            .leases
-            .start_renewal(token.clone(), self.inner.renewal.clone())?;
-        Ok((token, renewal, record))
+        self.start_term(token, handoff).await
     }
 
     /// While this candidate of priority `mine` waits: asks each leader of a
@@ -700,6 +725,7 @@ impl Elector {
         let mut asked = None;
         while let Some(seen) = leaders.next().await {
             let Ok(Some(leader)) = seen else { continue };
+            self.remember_observed(&leader);
             let lower = leader.since.is_some() && leader.priority < mine;
             if lower && asked != Some(leader.generation) && leader.owner != self.owner() {
                 // The request names the term seen here: a leader of equal
@@ -717,43 +743,6 @@ impl Elector {
         std::future::pending().await
     }
 
-    /// Writes the record of the term `token` starts: reads the one handed
-    /// over (for the transitions), writes this term's. On failure the lease
-    /// is released (bounded by the release timeout) and the error returned,
-    /// so that no term runs without its record.
-    async fn start_term(&self, token: Token) -> Result<(Token, Record)> {
-        let leases = &self.inner.leases;
-        let written = async {
-            let handed = leases.read_checkpoint(&token).await?;
-            let value = self
-                .inner
-                .value
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            let record = Record::first_of_term(
-                token.fencing_token(),
-                token.holder_id().as_str(),
-                handed.data.as_deref(),
-                &handed.handoff,
-                value,
-                self.inner.priority.unwrap_or(0),
-            );
-            let token = leases.checkpoint(&token, record.encode()).await?;
-            metrics::gauge!(
-                crate::metrics::ELECTION_TRANSITIONS,
-                "election" => self.inner.election.to_string()
-            )
-            .set(record.transitions as f64);
-            Ok((token, record))
-        }
-        .await;
-        if written.is_err() {
-            let _ = tokio::time::timeout(self.inner.release_timeout, leases.release(token)).await;
-        }
-        written
-    }
-
     /// Waits until this candidate leads, runs `f` with the [`Leadership`],
     /// releases when `f` returns, and returns `f`'s output (hoplock:
     /// `Lead`). The release is bounded by the release timeout and runs also
@@ -769,8 +758,8 @@ impl Elector {
         F: FnOnce(Leadership) -> Fut,
         Fut: Future<Output = T>,
     {
-        let (token, renewal, record) = self.campaign().await?;
-        let renewal = Arc::new(renewal);
+        let term = self.campaign().await?;
+        let renewal = Arc::new(term.renewal);
         let lost = renewal.lost_signal().child_token();
         let _is_leader = LeaderGauge::new(self.inner.election.as_str(), lost.clone());
         let guard = FinishGuard::new(
@@ -779,22 +768,28 @@ impl Elector {
             self.inner.release_timeout,
         );
         let released = Arc::new(AtomicBool::new(false));
+        let record = term.record.clone();
         let leadership = Leadership {
-            state: State::of_term(&token, &record, &self.inner.clock),
+            state: State::of_term(&term.token, &term.started, &self.inner.clock),
             lost,
             renewal,
             elector: self.clone(),
-            record: tokio::sync::Mutex::new(record),
+            record: term.record,
+            record_failed: term.record_failed,
             resigned: Arc::new(AtomicBool::new(false)),
             released: released.clone(),
         };
         let stop_watching = CancellationToken::new();
         let _stop_on_drop = stop_watching.clone().drop_guard();
-        leadership.honour_step_down(stop_watching);
+        leadership.watch_term(stop_watching);
         let out = f(leadership).await;
         if released.load(Ordering::SeqCst) {
             guard.abandon(); // released by `resign`
         } else {
+            // Released after the term's record is written, if it still is
+            // (waiting at most the release timeout).
+            let timeout = self.inner.release_timeout;
+            drop(tokio::time::timeout(timeout, record.lock()).await);
             guard.release().await;
         }
         Ok(out)

@@ -9,15 +9,16 @@
 //! read, never a renewal). It reads again when the store notifies that the
 //! lease may have become free ([`LeaseStore::watch`]), when the leader's
 //! lease runs out by the store's clock, and at least once per poll
-//! interval. After a notification that found nobody leading, it reads again
-//! after twice the last read's round trip, doubling up to the poll
-//! interval, so that the next leader (woken by the same notification) is
-//! seen within a few round trips instead of a poll. A new term is reported
-//! with its record (value, start, priority): seen before its leader wrote
-//! it (two round trips after the acquisition), it is read again at once a
-//! few times, then after twice the read's round trip, doubling, and
-//! reported without a record only when none came within the poll
-//! interval. A new published value during a term, and a new leader on a
+//! interval. After a notification that found nobody leading, and after
+//! seeing a new term whose record its leader has not written yet (it does
+//! while its work starts: one round trip after the acquisition, two when
+//! it reads the record handed over first), it reads again at once for a
+//! millisecond (the timer's resolution), then 8 times after twice the
+//! read's round trip (at least a millisecond), then doubling up to the
+//! poll interval, so that the next leader (woken by the same notification)
+//! is seen with its record within a few round trips instead of a poll. A
+//! new term is reported with its record (value, start, priority), and
+//! without one only when none came within the poll interval. A new published value during a term, and a new leader on a
 //! store without notifications, are seen within one poll interval.
 
 use std::pin::Pin;
@@ -37,9 +38,17 @@ use crate::error::{InvalidInput, Result};
 use crate::limits::{HolderId, WorkId};
 use crate::store::{LeaseInfo, LeaseRef, LeaseStore};
 
-/// How many times an observer reads again at once after it saw a new term
-/// whose record is not written yet, before it waits between reads.
-const IMMEDIATE_REREADS: u32 = 8;
+/// For how long an observer reads again at once (no timer between reads,
+/// only a yield to the runtime) after it saw a new term whose record is
+/// not written yet, before it waits between reads: the timer's resolution,
+/// which is many round trips on a fast store; at most
+/// [`MAX_IMMEDIATE_REREADS`] reads (an in-process store, a paused clock).
+const IMMEDIATE_REREADS: Duration = Duration::from_millis(1);
+/// The most reads of one series of immediate re-reads.
+const MAX_IMMEDIATE_REREADS: u32 = 256;
+/// Re-reads at a steady pace after the immediate ones, before the pace
+/// doubles.
+const STEADY_REREADS: u32 = 8;
 
 /// How often an observer reads to see a new leader where no notification
 /// tells it: the default of [`observe`], as [`crate::DEFAULT_POLL_INTERVAL`].
@@ -194,11 +203,12 @@ struct Watcher {
 
 impl Watcher {
     async fn next_change(&mut self) -> Result<Option<State>> {
-        // After a notification that found nobody leading: the next re-read.
-        let mut quick: Option<Duration> = None;
-        // A new term seen before its record: reads so far, the next delay.
-        let mut unrecorded_reads = 0;
-        let mut unrecorded: Option<Duration> = None;
+        // Quick re-reads while a change is under way: after a notification
+        // that found nobody leading (the next leader was woken by the same
+        // notification), or a new term seen before its record (the new
+        // leader writes it while its work starts, a round trip after its
+        // acquisition, or two when it reads the record handed over first).
+        let mut series: Option<Rereads> = None;
         loop {
             let notified = match self.wait.take() {
                 Some(wait) => {
@@ -213,48 +223,41 @@ impl Watcher {
             let read = read_leader(&self.store, &self.election, &self.clock).await;
             let round_trip = started.elapsed();
             let mut next = self.poll_interval;
-            match &read {
-                Ok(None) if notified || quick.is_some() => {
-                    (quick, next) = doubled(quick, round_trip, self.poll_interval);
+            if let Ok(Some(s)) = &read {
+                if let Some(left) = s.expires_in {
+                    // Seen free once the store's clock has passed it.
+                    next = next.min(left + Duration::from_millis(1));
                 }
-                Ok(Some(s)) => {
-                    quick = None;
-                    if let Some(left) = s.expires_in {
-                        // Seen free once the store's clock has passed it.
-                        next = next.min(left + Duration::from_millis(1));
-                    }
-                }
-                _ => quick = None,
             }
-            // A term not reported yet whose record is not written yet (it
-            // is, two round trips after the acquisition: the handed record
-            // read, its own written): read again at once, a few times
-            // (each read is a round trip), then after twice the read's
-            // round trip, doubling up to the poll interval, rather than
-            // report a leader without its value; after that, report it as
-            // it is (a lease taken by something else than an elector).
-            let hold_back = match &read {
-                Ok(Some(s)) if s.since.is_none() && !self.reported(s.generation) => {
-                    unrecorded_reads += 1;
-                    if unrecorded_reads <= IMMEDIATE_REREADS {
-                        next = Duration::ZERO;
-                        true
-                    } else {
-                        let delay;
-                        (unrecorded, delay) = doubled(unrecorded, round_trip, self.poll_interval);
-                        next = next.min(delay);
-                        unrecorded.is_some()
-                    }
-                }
-                _ => {
-                    unrecorded_reads = 0;
-                    unrecorded = None;
-                    false
-                }
+            let expecting = match &read {
+                Ok(None) => notified || series.is_some(),
+                Ok(Some(s)) => s.since.is_none() && !self.reported(s.generation),
+                Err(_) => false,
             };
+            // A new term is held back until its record comes, rather than
+            // reported without its value; once the series ran out, it is
+            // reported as it is (a lease taken by something else than an
+            // elector).
+            let mut hold_back = false;
+            if expecting {
+                match series
+                    .get_or_insert_with(|| Rereads::from(started))
+                    .next(round_trip, self.poll_interval)
+                {
+                    Some(delay) => {
+                        next = next.min(delay);
+                        hold_back = matches!(&read, Ok(Some(_)));
+                    }
+                    None => series = None,
+                }
+            } else {
+                series = None;
+            }
             if next.is_zero() {
                 // No timer: its millisecond resolution is many round trips.
+                // A yield lets the writer run where it shares this runtime.
                 self.wait = None;
+                tokio::task::yield_now().await;
                 continue;
             }
             let sleep = tokio::time::sleep(next);
@@ -293,6 +296,48 @@ impl Watcher {
     /// Whether the last item reported the term `generation`.
     fn reported(&self, generation: u64) -> bool {
         matches!(&self.last, Some(Some((_, g, ..))) if *g == generation)
+    }
+}
+
+/// A series of quick re-reads: at once (no timer between reads) for
+/// [`IMMEDIATE_REREADS`], at most [`MAX_IMMEDIATE_REREADS`] reads; then
+/// [`STEADY_REREADS`] reads after twice the last read's round trip (at
+/// least the timer's millisecond), since a busy store (woken standbys'
+/// attempts queued before the new leader's record) takes a few
+/// milliseconds more; then doubling up to the poll interval.
+struct Rereads {
+    since: Instant,
+    reads: u32,
+    steady: u32,
+    delay: Option<Duration>,
+}
+
+impl From<Instant> for Rereads {
+    fn from(since: Instant) -> Self {
+        Rereads {
+            since,
+            reads: 0,
+            steady: 0,
+            delay: None,
+        }
+    }
+}
+
+impl Rereads {
+    /// The delay before the next read (zero: at once); `None` once the
+    /// series reached `limit` and is over.
+    fn next(&mut self, round_trip: Duration, limit: Duration) -> Option<Duration> {
+        self.reads += 1;
+        if self.since.elapsed() < IMMEDIATE_REREADS && self.reads <= MAX_IMMEDIATE_REREADS {
+            return Some(Duration::ZERO);
+        }
+        if self.steady < STEADY_REREADS {
+            self.steady += 1;
+            return Some((round_trip * 2).clamp(Duration::from_millis(1), limit));
+        }
+        let delay;
+        (self.delay, delay) = doubled(self.delay, round_trip, limit);
+        self.delay.map(|_| delay)
     }
 }
 

@@ -50,15 +50,14 @@ impl Record {
     pub(crate) fn first_of_term(
         term: u64,
         holder: &str,
-        previous: Option<&[u8]>,
+        previous: Option<&Record>,
         handoff: &Handoff,
         value: Option<Bytes>,
         priority: i32,
     ) -> Record {
-        let previous = previous.and_then(Record::decode);
         Record {
             term,
-            transitions: transitions(previous.as_ref(), handoff, holder),
+            transitions: transitions(previous, handoff, holder),
             since: SystemTime::now(),
             priority,
             holder: holder.to_string(),

@@ -68,7 +68,8 @@ type TtlDistortion = Arc<dyn Fn(Duration) -> Duration + Send + Sync>;
 ///
 /// Faults: while [`FaultStore::set_unreachable`] is on, every call fails
 /// with a [`StoreError`] after the configured delay, without reaching the
-/// inner store. Every call first waits [`FaultStore::set_delay`] before it
+/// inner store; while [`FaultStore::set_fail_checkpoints`] is on, only
+/// checkpoint writes do. Every call first waits [`FaultStore::set_delay`] before it
 /// reaches the store, and [`FaultStore::set_reply_delay`] after the store
 /// applied it (a slow reply); [`FaultStore::set_lose_replies`] loses the
 /// reply of a call the store applied. [`FaultStore::hide_expiry`] hides
@@ -88,6 +89,7 @@ pub struct FaultStore<S: ?Sized = dyn LeaseStore> {
     delay_ms: AtomicU64,
     reply_delay_ms: AtomicU64,
     lose_replies: AtomicBool,
+    fail_checkpoints: AtomicBool,
     calls: AtomicU64,
     writes: AtomicU64,
     acquires: Counter,
@@ -114,6 +116,7 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
             delay_ms: AtomicU64::new(0),
             reply_delay_ms: AtomicU64::new(0),
             lose_replies: AtomicBool::new(false),
+            fail_checkpoints: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             acquires: Counter::new(),
@@ -171,6 +174,13 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
     /// after the request went through).
     pub fn set_lose_replies(&self, on: bool) {
         self.lose_replies.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, checkpoint writes fail with a [`StoreError`] without
+    /// reaching the store, while every other call passes (a store that
+    /// renews a lease but refuses its checkpoint).
+    pub fn set_fail_checkpoints(&self, on: bool) {
+        self.fail_checkpoints.store(on, Ordering::SeqCst);
     }
 
     /// While on, a `Held` answer does not say how long the lease has left
@@ -285,6 +295,11 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         data: Bytes,
     ) -> Result<SystemTime> {
         self.gate_write().await?;
+        if self.fail_checkpoints.load(Ordering::SeqCst) {
+            return Err(
+                StoreError::new(self.inner.kind(), "injected fault: checkpoint refused").into(),
+            );
+        }
         self.reply(self.inner.checkpoint(lease, self.ttl(ttl), data).await)
             .await
     }
