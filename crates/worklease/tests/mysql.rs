@@ -56,15 +56,8 @@ async fn exec(store: &MysqlStore, sql: &str) {
 async fn drop_table(store: &MysqlStore) {
     let t = store.table().as_str().to_string();
     exec(store, &format!("DROP TABLE IF EXISTS `{t}`, `{t}_fencing`")).await;
-    for op in [
-        "take",
-        "acquire",
-        "acquire_many",
-        "update",
-        "update_many",
-        "revoke",
-    ] {
-        exec(store, &format!("DROP PROCEDURE IF EXISTS `{t}_v1_{op}`")).await;
+    for name in store.table().procedure_names() {
+        exec(store, &format!("DROP PROCEDURE IF EXISTS `{name}`")).await;
     }
 }
 

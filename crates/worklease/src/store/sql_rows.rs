@@ -125,3 +125,40 @@ pub enum FencedTransactionError<E> {
     #[error("the body of a fenced transaction failed; it was rolled back")]
     Body(#[source] E),
 }
+
+/// The comment of a lease table names its schema version after this.
+pub(crate) const COMMENT_PREFIX: &str = "worklease lease table, schema version ";
+
+/// Checks an existing lease table's comment: refused when it names no
+/// worklease schema version (another application's table) or a newer one
+/// than `version` (written by a newer worklease).
+pub(crate) fn check_schema_comment(
+    kind: &'static str,
+    comment: Option<&str>,
+    version: u32,
+    table: &dyn std::fmt::Display,
+    shown: &str,
+) -> Result<()> {
+    let found = comment
+        .and_then(|c| c.strip_prefix(COMMENT_PREFIX))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    match found {
+        None => Err(StoreError::new(
+            kind,
+            format!(
+                "table {table} in {shown} is not a worklease table (its comment does not \
+                 name a worklease schema version): choose another table name"
+            ),
+        )
+        .into()),
+        Some(v) if v > version => Err(StoreError::new(
+            kind,
+            format!(
+                "table {table} has schema version {v}: newer than this worklease's \
+                 {version} (upgrade worklease)"
+            ),
+        )
+        .into()),
+        Some(_) => Ok(()),
+    }
+}

@@ -18,6 +18,17 @@ pub const DEFAULT_TABLE: &str = "worklease_leases";
 /// `_v1_acquire_many`, 16 bytes) and must fit MySQL's 64-byte names.
 pub const MAX_TABLE_NAME_BYTES: usize = 48;
 
+/// The operations that have a stored procedure (`take` is the one the
+/// others call).
+const PROCEDURES: [&str; 6] = [
+    "take",
+    "acquire",
+    "acquire_many",
+    "update",
+    "update_many",
+    "revoke",
+];
+
 /// The name of the lease table in the URL's database: matching
 /// `^[a-z_][a-z0-9_]*$` (lower-case, so that it means the same table on
 /// servers with case-sensitive and case-insensitive table names), at most
@@ -63,6 +74,18 @@ impl TableName {
     /// The fencing sequence table as quoted SQL: `` `<table>_fencing` ``.
     pub fn fencing_quoted(&self) -> String {
         format!("`{}_fencing`", self.0)
+    }
+
+    /// The names of the table's stored procedures (unquoted), which the
+    /// store creates beside the table: to remove a store for good, drop
+    /// them with the table and its fencing table.
+    pub fn procedure_names(&self) -> Vec<String> {
+        PROCEDURES.iter().map(|op| self.procedure(op)).collect()
+    }
+
+    /// The name of the procedure of operation `op` (unquoted).
+    pub(super) fn procedure(&self, op: &str) -> String {
+        format!("{}_v{}_{op}", self.0, super::SCHEMA_VERSION)
     }
 
     /// The table name, unquoted.
@@ -384,7 +407,7 @@ mod tests {
     #[test]
     fn urls_are_parsed_and_redacted() {
         let parts =
-            parse_url("mysql://app:s3cret@db.internal:3307/leases?table=wl_t&pool_max=4").unwrap();
+            parse_url("mysql://app:s3cret@db.internal:3307/leases?table=wl_t&pool_max=40").unwrap();
         assert_eq!(parts.table.as_str(), "wl_t");
         assert_eq!(parts.ssl_mode, SslMode::Disabled);
         assert_eq!(parts.opts.db_name(), Some("leases"));

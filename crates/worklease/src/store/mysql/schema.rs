@@ -5,9 +5,10 @@
 use mysql_async::prelude::Queryable;
 
 use crate::error::{Result, StoreError};
+use crate::store::sql_rows::check_schema_comment;
 
 use super::conn::db_err;
-use super::sql::{COMMENT_PREFIX, SCHEMA_VERSION};
+use super::sql::SCHEMA_VERSION;
 use super::{MysqlStore, KIND};
 
 /// How long a start waits for another process's schema creation, in
@@ -82,34 +83,8 @@ impl MysqlStore {
             )
             .await
             .map_err(db_err("cannot read the schema"))?;
-        if let Some(comment) = &comment {
-            let version = comment
-                .strip_prefix(COMMENT_PREFIX)
-                .and_then(|v| v.trim().parse::<u32>().ok());
-            match version {
-                None => {
-                    return Err(StoreError::new(
-                        KIND,
-                        format!(
-                            "table {table} in {} is not a worklease table (its comment does not \
-                             name a worklease schema version): choose another table name",
-                            self.shown
-                        ),
-                    )
-                    .into())
-                }
-                Some(v) if v > SCHEMA_VERSION => {
-                    return Err(StoreError::new(
-                        KIND,
-                        format!(
-                            "table {table} has schema version {v}: newer than this worklease's \
-                             {SCHEMA_VERSION} (upgrade worklease)"
-                        ),
-                    )
-                    .into())
-                }
-                Some(_) => {}
-            }
+        if comment.is_some() {
+            check_schema_comment(KIND, comment.as_deref(), SCHEMA_VERSION, table, &self.shown)?;
         }
         for create in &self.sql.create {
             conn.query_drop(create)

@@ -9,14 +9,13 @@
 //! rolls back and re-raises on any error. Parameters are bound by the
 //! server (the binary protocol); only the checked table name is spliced.
 
+use crate::store::sql_rows::COMMENT_PREFIX;
+
 use super::TableName;
 
 /// The schema version this code writes, recorded in the table's comment
 /// and in the names of its procedures (`<table>_v1_acquire`).
 pub const SCHEMA_VERSION: u32 = 1;
-
-/// The table comment's text before the version number.
-pub(super) const COMMENT_PREFIX: &str = "worklease lease table, schema version ";
 
 /// The type of a work ID (byte-exact, no collation, no trailing-space
 /// padding): [`crate::limits::MAX_WORK_ID_BYTES`].
@@ -90,7 +89,7 @@ impl Sql {
     pub(super) fn new(table: &TableName) -> Self {
         let t = table.quoted();
         let f = table.fencing_quoted();
-        let proc_name = |op: &str| format!("{table}_v{SCHEMA_VERSION}_{op}");
+        let proc_name = |op: &str| table.procedure(op);
         let create = [
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\
