@@ -42,8 +42,8 @@ impl PostgresStore {
     /// ```
     ///
     /// # Errors
-    /// [`FencedTransactionError::Lease`] with [`Error::Fenced`] (taken
-    /// over, revoked, never issued) or [`Error::Expired`] (expired or
+    /// [`FencedTransactionError::Lease`] with [`crate::Error::Fenced`] (taken
+    /// over, revoked, never issued) or [`crate::Error::Expired`] (expired or
     /// released), or a store error; [`FencedTransactionError::Body`] with
     /// the body's own error. In each case nothing was committed.
     pub async fn fenced_transaction<T, E, F>(
