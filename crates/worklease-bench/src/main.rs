@@ -55,6 +55,8 @@ pub type Result<T> = std::result::Result<T, BoxError>;
 
 #[cfg(feature = "postgres")]
 const DEFAULT_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
+#[cfg(feature = "mysql")]
+const DEFAULT_MYSQL: &str = "mysql://root@127.0.0.1:3306/test";
 #[cfg(feature = "redis")]
 const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379/0";
 #[cfg(feature = "etcd")]
@@ -84,7 +86,7 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Stores to measure, comma-separated [default: all]: memory, sqlite,
-    /// postgres, redis, etcd, s3.
+    /// postgres, mysql, redis, etcd, s3.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
     /// Scenarios to run, comma-separated [default: all]. `pool` runs on
@@ -104,6 +106,11 @@ struct RunArgs {
     /// created and dropped.
     #[arg(long)]
     postgres_url: Option<String>,
+    /// The MySQL / MariaDB server [default: $WORKLEASE_TEST_MYSQL_URL, else
+    /// mysql://root@127.0.0.1:3306/test]. Tables and procedures of this run
+    /// are created and dropped.
+    #[arg(long)]
+    mysql_url: Option<String>,
     /// The Redis server [default: $WORKLEASE_TEST_REDIS_URL, else
     /// redis://127.0.0.1:6379/0]. Keys of this run are deleted at the end.
     #[arg(long)]
@@ -294,6 +301,7 @@ fn main() -> std::process::ExitCode {
 /// and not empty), else the default.
 #[cfg(any(
     feature = "postgres",
+    feature = "mysql",
     feature = "redis",
     feature = "etcd",
     feature = "object-store"
@@ -358,6 +366,12 @@ async fn run(args: RunArgs) -> Result<()> {
             args.postgres_url.clone(),
             "WORKLEASE_TEST_POSTGRES_URL",
             DEFAULT_POSTGRES,
+        ),
+        #[cfg(feature = "mysql")]
+        mysql_url: server_url(
+            args.mysql_url.clone(),
+            "WORKLEASE_TEST_MYSQL_URL",
+            DEFAULT_MYSQL,
         ),
         #[cfg(feature = "redis")]
         redis_url: server_url(

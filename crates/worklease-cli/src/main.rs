@@ -28,6 +28,8 @@
 //! `/var/lib/worklease/leases.db`, the first whose variable is set. URLs:
 //! `sqlite:PATH`, `sqlite://PATH` (one host), `memory:` (private to one
 //! process), `postgres://user@host:port/db?table=...`,
+//! `mysql://user@host:3306/db?table=...` (or `mariadb://`; no
+//! notifications: waiters poll),
 //! `redis://host:port/db?prefix=...`, `etcd://host:2379,host:2379?prefix=...`
 //! (`etcds://...&cacert=PATH` for TLS)
 //! and `s3://BUCKET/PREFIX?endpoint=URL&region=REGION` (across machines;
@@ -115,6 +117,7 @@ Examples:
 
 Store: --store URL or WORKLEASE_STORE. Across machines:
 postgres://user@host:5432/db?table=worklease_leases,
+mysql://user@host:3306/db?table=worklease_leases (or mariadb://; waiters poll),
 redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklease/
 (etcds://...&cacert=PATH[&cert=PATH&key=PATH] for TLS)
 or s3://BUCKET/PREFIX?endpoint=URL&region=REGION (endpoint and region optional;
@@ -482,7 +485,7 @@ impl MetricsArg {
 /// The store option shared by every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArg {
-    /// Store URL: postgres://..., redis://..., etcd://..., s3://..., sqlite:PATH or memory:
+    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., sqlite:PATH or memory:
     /// [default: the SQLite file leases.db under $WORKLEASE_HOME, $XDG_DATA_HOME/worklease,
     /// $HOME/.local/share/worklease or /var/lib/worklease]
     #[arg(

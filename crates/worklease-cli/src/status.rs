@@ -190,6 +190,9 @@ fn render(
         }
     } else {
         out.extend_from_slice(format!("store: {}\n", url::redact(store_url)).as_bytes());
+        if let Some(note) = store_note(store.kind()) {
+            out.extend_from_slice(note.as_bytes());
+        }
         if leases.is_empty() {
             out.extend_from_slice(b"no leases\n");
         } else {
@@ -307,6 +310,14 @@ pub fn write_stdout_until_closed(bytes: &[u8]) -> Result<bool, Failure> {
 
 /// What the table says below itself when a row is `held?`, for a store
 /// of kind `kind` that judges expiry by observation.
+/// What a store does not do that a reader of `status` should know.
+fn store_note(kind: &str) -> Option<&'static str> {
+    (kind == "mysql").then_some(
+        "note: the mysql store has no notifications: waiters poll (every 2 s by default), \
+         so a released lease passes to a waiter at its next poll\n",
+    )
+}
+
 fn held_note(kind: &str) -> String {
     format!(
         "held?: held when last written. The {kind} store judges expiry by observation, so one \

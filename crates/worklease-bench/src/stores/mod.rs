@@ -27,6 +27,8 @@ use crate::Result;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "object-store")]
 pub mod object;
 #[cfg(feature = "postgres")]
@@ -43,6 +45,9 @@ pub struct Settings {
     /// The PostgreSQL server (without `table=`).
     #[cfg(feature = "postgres")]
     pub postgres_url: String,
+    /// The MySQL / MariaDB server (without `table=`).
+    #[cfg(feature = "mysql")]
+    pub mysql_url: String,
     /// The Redis server (without `prefix=`).
     #[cfg(feature = "redis")]
     pub redis_url: String,
@@ -59,7 +64,7 @@ pub struct Settings {
 
 /// One store of the benchmark.
 pub struct Entry {
-    /// `memory`, `sqlite`, `postgres`, `redis`, `etcd`, `s3`.
+    /// `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `etcd`, `s3`.
     pub name: &'static str,
     /// The URL scheme ours opens from.
     pub scheme: &'static str,
@@ -83,6 +88,14 @@ pub fn table() -> Vec<Entry> {
         name: "postgres",
         scheme: "postgres",
         connect: Err("built without the bench feature `postgres`"),
+    });
+    #[cfg(feature = "mysql")]
+    stores.push(mysql::ENTRY);
+    #[cfg(not(feature = "mysql"))]
+    stores.push(Entry {
+        name: "mysql",
+        scheme: "mysql",
+        connect: Err("built without the bench feature `mysql`"),
     });
     #[cfg(feature = "redis")]
     stores.push(redis::ENTRY);

@@ -37,6 +37,8 @@ pub mod etcd;
 #[cfg(feature = "testkit")]
 pub mod fault;
 pub mod memory;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 pub(crate) mod notify;
 #[cfg(feature = "object-store")]
 pub mod object;
@@ -48,6 +50,8 @@ pub(crate) mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod register;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod url;

@@ -5,6 +5,7 @@
 //! | `sqlite:PATH` or `sqlite://PATH` | the embedded SQLite store ([`crate::store::sqlite::SqliteStore`], feature `sqlite`) in the file PATH; missing parent directories are created |
 //! | `memory:` or `memory://` | a new, empty in-memory store ([`MemoryStore`]), private to the process that opens it |
 //! | `postgres://user@host:port/db?table=NAME` or `postgresql://…` | the PostgreSQL store (`store::postgres::PostgresStore`, feature `postgres`): tokio-postgres's connection settings plus `table` (default `worklease_leases`); connects on first use |
+//! | `mysql://user[:password]@host:port/db?table=NAME` or `mariadb://…` | the MySQL / MariaDB store (`store::mysql::MysqlStore`, feature `mysql`): mysql_async's connection settings plus `table` (default `worklease_leases`) and `ssl-mode=DISABLED\|REQUIRED\|VERIFY_CA\|VERIFY_IDENTITY` with `ssl-ca=PATH` (feature `mysql-tls`); connects on first use; no notifications (waiters poll) |
 //! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
 //! | `s3://BUCKET[/PREFIX]?endpoint=URL&region=R` | the object-storage store (`store::object::S3Config`, feature `object-store`) on S3 or an S3-compatible server: one object per work ID under PREFIX (default `worklease`); credentials from the `AWS_*` environment variables, never from the URL |
 //! | `etcd://[user:password@]host:port,host:port,…?prefix=P` | the etcd store (`store::etcd::EtcdStore`, feature `etcd`): one or more members (port 2379 by default), key prefix `P` (default `worklease/`); connects on first use. `etcds://…?cacert=PATH[&cert=PATH&key=PATH]` is the same over TLS (feature `etcd-tls`; the system's roots without `cacert`) |
@@ -49,7 +50,7 @@ pub use crate::store::url_parts::redact;
 /// What the store URLs look like, for error messages (a scheme whose
 /// feature this build lacks is refused with a reason naming the feature).
 const ACCEPTED: &str = "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db), \
-     memory:, postgres://..., redis://..., etcd://... or s3://BUCKET/PREFIX";
+     memory:, postgres://..., mysql://..., redis://..., etcd://... or s3://BUCKET/PREFIX";
 
 /// A parsed store URL: which store to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +63,9 @@ pub enum StoreSpec {
     /// The PostgreSQL store at this URL (feature `postgres`).
     #[cfg(feature = "postgres")]
     Postgres(crate::store::postgres::PostgresUrl),
+    /// The MySQL / MariaDB store at this URL (feature `mysql`).
+    #[cfg(feature = "mysql")]
+    Mysql(crate::store::mysql::MysqlUrl),
     /// The Redis store with these settings (feature `redis`).
     #[cfg(feature = "redis")]
     Redis(crate::store::redis::RedisConfig),
@@ -88,6 +92,8 @@ impl StoreSpec {
             StoreSpec::Sqlite(path) => open_sqlite(path),
             #[cfg(feature = "postgres")]
             StoreSpec::Postgres(url) => Ok(Arc::new(url.open()?)),
+            #[cfg(feature = "mysql")]
+            StoreSpec::Mysql(url) => Ok(Arc::new(url.open()?)),
             #[cfg(feature = "redis")]
             StoreSpec::Redis(config) => Ok(Arc::new(crate::store::redis::RedisStore::new(
                 config.clone(),
@@ -115,6 +121,8 @@ impl StoreSpec {
             StoreSpec::Memory => "memory:".to_string(),
             #[cfg(feature = "postgres")]
             StoreSpec::Postgres(url) => url.as_str().to_string(),
+            #[cfg(feature = "mysql")]
+            StoreSpec::Mysql(url) => url.as_str().to_string(),
             #[cfg(feature = "redis")]
             StoreSpec::Redis(config) => config.to_url(),
             #[cfg(feature = "object-store")]
@@ -213,6 +221,19 @@ fn postgres_spec(url: &str) -> Result<StoreSpec> {
     Err(url_error(
         url,
         "this build of worklease has no PostgreSQL store (cargo feature `postgres`)",
+    ))
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::Mysql(crate::store::mysql::MysqlUrl::parse(url)?))
+}
+
+#[cfg(not(feature = "mysql"))]
+fn mysql_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no MySQL store (cargo feature `mysql`)",
     ))
 }
 
@@ -319,6 +340,7 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
             Ok(StoreSpec::Memory)
         }
         "postgres" | "postgresql" => postgres_spec(url),
+        "mysql" | "mariadb" => mysql_spec(url),
         "redis" | "rediss" => redis_spec(url),
         "s3" => s3_spec(url),
         "etcd" | "etcds" => etcd_spec(url),
@@ -510,6 +532,14 @@ mod tests {
         assert!(r.contains(want), "{r}");
         assert!(!r.contains("s3cret"), "{r}");
         assert!(r.contains("app:***@db"), "{r}");
+        let r = reason("mysql://app:s3cret@db/leases?table=Bad");
+        let want = if cfg!(feature = "mysql") {
+            "[a-z_]"
+        } else {
+            "cargo feature `mysql`"
+        };
+        assert!(r.contains(want) && r.contains("app:***@db"), "{r}");
+        assert!(!r.contains("s3cret"), "{r}");
         let r = reason("redis://app:s3cret@localhost?prefx=a");
         let want = if cfg!(feature = "redis") {
             "unknown parameter"

@@ -3,28 +3,14 @@
 
 use futures_util::future::BoxFuture;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::record;
+use crate::store::sql_rows::{check_verdict, FencedTransactionError};
 use crate::store::LeaseRef;
 use crate::token::Token;
 
 use super::pool::{db_err, get};
-use super::sql::check_verdict;
-use super::PostgresStore;
-
-/// How the error of a failed fenced transaction came about.
-#[derive(Debug, thiserror::Error)]
-pub enum FencedTransactionError<E> {
-    /// The lease check failed ([`Error::Fenced`], [`Error::Expired`]) or the
-    /// store did (connecting, beginning, locking, committing:
-    /// [`Error::Store`]). Nothing was written, except that a commit that
-    /// failed for a lost connection may or may not have committed.
-    #[error(transparent)]
-    Lease(Error),
-    /// The caller's body returned an error; the transaction was rolled back.
-    #[error("the body of a fenced transaction failed; it was rolled back")]
-    Body(#[source] E),
-}
+use super::{PostgresStore, KIND};
 
 impl PostgresStore {
     /// Runs `body` in a transaction on this store's database that first
@@ -56,8 +42,8 @@ impl PostgresStore {
     /// ```
     ///
     /// # Errors
-    /// [`FencedTransactionError::Lease`] with [`Error::Fenced`] (taken
-    /// over, revoked, never issued) or [`Error::Expired`] (expired or
+    /// [`FencedTransactionError::Lease`] with [`crate::Error::Fenced`] (taken
+    /// over, revoked, never issued) or [`crate::Error::Expired`] (expired or
     /// released), or a store error; [`FencedTransactionError::Body`] with
     /// the body's own error. In each case nothing was committed.
     pub async fn fenced_transaction<T, E, F>(
@@ -94,7 +80,7 @@ impl PostgresStore {
             .map_err(|e| lease_err(db_err("cannot lock the lease row")(e)))?;
         let verdict: String = get(&row, 0).map_err(lease_err)?;
         // On an error, dropping `tx` rolls back.
-        check_verdict(&verdict, lease).map_err(lease_err)?;
+        check_verdict(KIND, &verdict, lease).map_err(lease_err)?;
         let out = body(&tx).await.map_err(FencedTransactionError::Body)?;
         tx.commit()
             .await

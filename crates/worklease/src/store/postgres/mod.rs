@@ -149,12 +149,12 @@ mod sql;
 #[cfg(feature = "postgres-tls")]
 mod tls;
 
+pub use crate::store::sql_rows::FencedTransactionError;
 pub use batch::MAX_BATCH;
 pub use config::{
     PostgresOptions, PostgresUrl, TableName, DEFAULT_TABLE, MAX_QUALIFIED_NAME_BYTES,
     MAX_TABLE_NAME_BYTES,
 };
-pub use fenced::FencedTransactionError;
 pub use schema::SCHEMA_VERSION;
 
 use config::{describe, parse_url};

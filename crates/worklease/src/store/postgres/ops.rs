@@ -11,18 +11,12 @@ use tokio_postgres::Row;
 
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::record::{self, Phase};
-use crate::store::{
-    Checkpoint, Grant, Handoff, LeaseEnd, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder,
-};
+use crate::store::record;
+use crate::store::sql_rows::{self, check_verdict, corrupt, InfoColumns};
+use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
 
 use super::pool::get;
-use super::sql::check_verdict;
 use super::{PostgresStore, KIND, MAX_BATCH};
-
-fn corrupt(what: &str) -> Error {
-    StoreError::new(KIND, format!("a lease row is corrupt: {what}")).into()
-}
 
 /// `ttl` in whole milliseconds (rounded up), as the statements take it.
 pub(super) fn ttl_millis(ttl: Duration) -> Result<i64> {
@@ -35,67 +29,35 @@ pub(super) fn ttl_millis(ttl: Duration) -> Result<i64> {
 }
 
 fn token_u64(v: i64) -> Result<u64> {
-    u64::try_from(v).map_err(|_| corrupt("negative fencing token"))
+    u64::try_from(v).map_err(|_| corrupt(KIND, "negative fencing token"))
 }
 
+/// The previous holder from its columns (PostgreSQL's `bigint` token).
 fn previous(
     holder: Option<String>,
     token: Option<i64>,
     end: Option<String>,
 ) -> Result<Option<PreviousHolder>> {
-    match (holder, token, end) {
-        (Some(holder_id), Some(t), Some(end)) => Ok(Some(PreviousHolder {
-            holder_id,
-            fencing_token: token_u64(t)?,
-            ended: LeaseEnd::from_str(&end).ok_or_else(|| corrupt("prev_end"))?,
-        })),
-        _ => Ok(None),
-    }
-}
-
-/// This host's wall-clock estimate of a server time `delta_us` from now.
-fn wall_at(delta_us: i64) -> SystemTime {
-    let d = Duration::from_micros(delta_us.unsigned_abs());
-    if delta_us >= 0 {
-        SystemTime::now() + d
-    } else {
-        SystemTime::now()
-            .checked_sub(d)
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    }
+    sql_rows::previous(KIND, holder, token.map(token_u64).transpose()?, end)
 }
 
 /// A [`LeaseInfo`] from the columns of `info_cols` starting at 0.
 fn info_from(row: &Row) -> Result<LeaseInfo> {
-    let work_id: String = get(row, 0)?;
-    let work_id = WorkId::new(work_id)
-        .map_err(|e| StoreError::with_source(KIND, "a stored work ID is invalid", e))?;
-    let phase: String = get(row, 3)?;
-    let phase = Phase::parse(&phase).ok_or_else(|| corrupt("phase"))?;
-    let unexpired: bool = get(row, 4)?;
-    let delta_us: i64 = get(row, 5)?;
-    let live = phase == Phase::Held && unexpired;
-    let ended = match phase {
-        Phase::Held => LeaseEnd::Expired,
-        Phase::Released => LeaseEnd::Released,
-        Phase::Revoked => LeaseEnd::Revoked,
-    };
     let checkpoint_bytes: i64 = get(row, 6)?;
-    Ok(LeaseInfo {
-        work_id,
+    InfoColumns {
+        work_id: get(row, 0)?,
         holder_id: get(row, 1)?,
         fencing_token: token_u64(get(row, 2)?)?,
-        expires_at: wall_at(delta_us),
-        expires_in: live.then(|| Duration::from_micros(delta_us.max(0).unsigned_abs())),
-        expired: !live,
-        released: phase == Phase::Released,
-        ended: (!live).then_some(ended),
-        checkpoint_bytes: usize::try_from(checkpoint_bytes)
-            .map_err(|_| corrupt("checkpoint size"))?,
-        handoff: Handoff {
-            previous: previous(get(row, 7)?, get(row, 8)?, get(row, 9)?)?,
-        },
-    })
+        phase: get(row, 3)?,
+        unexpired: get(row, 4)?,
+        delta_us: get(row, 5)?,
+        checkpoint_bytes: u64::try_from(checkpoint_bytes)
+            .map_err(|_| corrupt(KIND, "checkpoint size"))?,
+        prev_holder_id: get(row, 7)?,
+        prev_fencing_token: get::<Option<i64>>(row, 8)?.map(token_u64).transpose()?,
+        prev_end: get(row, 9)?,
+    }
+    .into_info(KIND)
 }
 
 /// How many times an acquisition runs its statement while a concurrent
@@ -135,7 +97,7 @@ pub(super) fn verdicts(
         .zip(leases)
         .map(|(row, lease)| {
             let verdict: String = get(row, 0)?;
-            Ok(check_verdict(&verdict, *lease))
+            Ok(check_verdict(KIND, &verdict, *lease))
         })
         .collect()
 }
@@ -269,7 +231,7 @@ impl LeaseStore for PostgresStore {
             .first()
             .ok_or_else(|| StoreError::new(KIND, "read checkpoint: no answer row"))?;
         let verdict: String = get(row, 0)?;
-        check_verdict(&verdict, lease)?;
+        check_verdict(KIND, &verdict, lease)?;
         let data: Option<Vec<u8>> = get(row, 1)?;
         Ok(Checkpoint {
             data: data.map(Bytes::from),

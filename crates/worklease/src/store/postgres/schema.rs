@@ -1,15 +1,14 @@
 //! The lease table and its fencing sequence: created on first use, and the
 //! schema version checked.
 
-use crate::error::{Result, StoreError};
+use crate::error::Result;
+use crate::store::sql_rows::{check_schema_comment, COMMENT_PREFIX};
 
 use super::pool::{db_err, get, pool_err};
 use super::{PostgresStore, KIND};
 
 /// The schema version this code writes, recorded in the table's comment.
 pub const SCHEMA_VERSION: u32 = 1;
-
-const COMMENT_PREFIX: &str = "worklease lease table, schema version ";
 
 impl PostgresStore {
     pub(super) async fn migrate(&self) -> Result<()> {
@@ -40,34 +39,7 @@ impl PostgresStore {
         let (has_table, comment, has_seq): (bool, Option<String>, bool) =
             (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
         if has_table {
-            let version = comment
-                .as_deref()
-                .and_then(|c| c.strip_prefix(COMMENT_PREFIX))
-                .and_then(|v| v.trim().parse::<u32>().ok());
-            match version {
-                None => {
-                    return Err(StoreError::new(
-                        KIND,
-                        format!(
-                            "table {table} in {} is not a worklease table (its comment does not \
-                             name a worklease schema version): choose another table name",
-                            self.shown
-                        ),
-                    )
-                    .into())
-                }
-                Some(v) if v > SCHEMA_VERSION => {
-                    return Err(StoreError::new(
-                        KIND,
-                        format!(
-                            "table {table} has schema version {v}: newer than this worklease's \
-                             {SCHEMA_VERSION} (upgrade worklease)"
-                        ),
-                    )
-                    .into())
-                }
-                Some(_) => {}
-            }
+            check_schema_comment(KIND, comment.as_deref(), SCHEMA_VERSION, table, &self.shown)?;
         }
         tx.batch_execute(&format!(
             "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint MINVALUE 1 NO CYCLE CACHE 1"

@@ -1,10 +1,6 @@
 //! The SQL statements of one table, and the verdict of a token check.
 
-use crate::error::{Error, Result, StoreError};
-use crate::store::record;
-use crate::store::LeaseRef;
-
-use super::{TableName, KIND};
+use super::TableName;
 
 /// The SQL texts of one table.
 pub(super) struct Sql {
@@ -294,22 +290,5 @@ impl Sql {
             renew_many: update_sql(&t, Keys::Many, &extend, false),
             release_many: update_sql(&t, Keys::Many, released, true),
         }
-    }
-}
-
-fn expired(lease: LeaseRef<'_>) -> Error {
-    Error::Expired {
-        work_id: lease.work_id.to_string(),
-        fencing_token: lease.fencing_token,
-    }
-}
-
-/// Turns a verdict column into the lease outcome.
-pub(super) fn check_verdict(verdict: &str, lease: LeaseRef<'_>) -> Result<()> {
-    match verdict {
-        "ok" => Ok(()),
-        "fenced" => Err(record::fenced(lease)),
-        "expired" => Err(expired(lease)),
-        other => Err(StoreError::new(KIND, format!("unexpected verdict {other:?}")).into()),
     }
 }
