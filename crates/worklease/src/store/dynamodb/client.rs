@@ -8,10 +8,9 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
-use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
 };
 use aws_sdk_dynamodb::Client;
 
@@ -22,7 +21,10 @@ use crate::error::StoreError;
 use crate::store::url_parts::redact;
 
 /// How long `create=true` waits for a table it made (or found being made)
-/// to become active.
+/// to become active (polling `DescribeTable` from 50 ms, doubling up to
+/// 1 s). The first request of the store waits for it, and a lease acquired
+/// by it starts only then: for development, where a local server makes a
+/// table in milliseconds.
 const TABLE_ACTIVE_WAIT: Duration = Duration::from_secs(60);
 
 /// A client and what its errors name.
@@ -132,12 +134,33 @@ impl Connection {
                 Err(e) => return Err(failed("creating", DisplayErrorContext(&e).to_string())),
             }
         }
-        self.client
-            .wait_until_table_exists()
-            .table_name(table)
-            .wait(TABLE_ACTIVE_WAIT)
-            .await
-            .map_err(|e| failed("waiting for", DisplayErrorContext(&e).to_string()))?;
+        // The SDK's waiter polls every 20 s at least: a lease's first
+        // acquisition would outlive its TTL. Poll from 50 ms, doubling.
+        let started = tokio::time::Instant::now();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let described = self.client.describe_table().table_name(table).send().await;
+            match described {
+                Ok(out) => {
+                    let status = out.table().and_then(|t| t.table_status());
+                    if status == Some(&TableStatus::Active) {
+                        break;
+                    }
+                }
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_resource_not_found_exception()) => {}
+                Err(e) => return Err(failed("waiting for", DisplayErrorContext(&e).to_string())),
+            }
+            if started.elapsed() >= TABLE_ACTIVE_WAIT {
+                return Err(failed(
+                    "waiting for",
+                    format!("not active after {TABLE_ACTIVE_WAIT:?}"),
+                ));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
         Ok(())
     }
 }

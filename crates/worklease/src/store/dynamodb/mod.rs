@@ -27,15 +27,15 @@
 //!   so no work ID names another prefix's items.
 //! * **The fencing floor** `pk = "<prefix>#fence#<work ID>"`: `fence`, the
 //!   highest token an acquisition of the work ID ever wrote. Each
-//!   acquisition first raises it (`UpdateItem`, `SET fence = :t` on
-//!   condition `attribute_not_exists(fence) OR fence <= :t`), and only once
-//!   that succeeded writes the lease item; an acquisition that finds no
-//!   lease item starts above the floor. So deleting a lease item (by hand,
+//!   acquisition reads the lease item, then the floor, takes a token above
+//!   both, raises the floor (`UpdateItem`, `SET fence = :t` on condition
+//!   `attribute_not_exists(fence) OR fence <= :t`), and only once that
+//!   succeeded writes the lease item. So deleting a lease item (by hand,
 //!   or by an operator's purge through
 //!   [`crate::store::register::Register::delete`]) never restarts its
-//!   tokens (S2). A raise whose write then loses leaves the floor one above
-//!   the record: harmless, the next acquisition raises it to the same
-//!   token. The two steps are not one transaction on purpose: dynalite has
+//!   tokens (S2). A raise whose write then loses leaves the floor ahead of
+//!   the record: harmless, tokens may skip numbers. The two steps are not
+//!   one transaction on purpose: dynalite has
 //!   no `TransactWriteItems`, and a transaction costs twice the write
 //!   units of both items (the ADR).
 //!
@@ -95,7 +95,7 @@
 //!
 //! | operation | requests | RCU | WCU |
 //! |---|---|---|---|
-//! | acquire | `GetItem`, `UpdateItem` (floor), `PutItem` | ⌈S/4⌉ (+1 when the work ID has no item) | 1 + ⌈S⌉ |
+//! | acquire | `GetItem` ×2 (item, floor), `UpdateItem` (floor), `PutItem` | ⌈S/4⌉ + 1 | 1 + ⌈S⌉ |
 //! | renew | `GetItem`, `PutItem` | ⌈S/4⌉ | ⌈S⌉ |
 //! | checkpoint | `GetItem`, `PutItem` | ⌈S/4⌉ | ⌈S'⌉, S' the larger record (before, after) |
 //! | read checkpoint | `GetItem` | ⌈S/4⌉ | 0 |

@@ -383,14 +383,14 @@ impl Register for DynamoRegister {
         let mut ids = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| {
-                let (_, text) = Failure::of(&e);
-                StoreError::new(
-                    KIND,
-                    format!(
+                let message = match Failure::of(&e) {
+                    (Failure::MissingTable, _) => c.missing_table(&self.config.table),
+                    (_, text) => format!(
                         "listing the lease items of table {:?}: {text}",
                         self.config.table
                     ),
-                )
+                };
+                StoreError::new(KIND, message)
             })?;
             for item in page.items() {
                 if let Some(AttributeValue::S(key)) = item.get(PK) {
