@@ -3,10 +3,9 @@
 # pipefail, a `cleanup` array of commands run at exit).
 #
 # moto lives in a Python virtual environment under
-# ${WORKLEASE_CI_CACHE:-/var/cache/worklease-ci}/moto-venv, made (with
-# python3, python3-venv and curl from apt when missing) on first use and reused
-# after. Uses a moto server already answering on 127.0.0.1:5000 (moto's
-# default port); otherwise starts one on a free loopback port, stopped and
+# ${WORKLEASE_CI_CACHE:-/var/cache/worklease-ci}/moto-venv, made by
+# lib/moto-venv.sh on first use and reused after. Uses a moto server
+# already answering on 127.0.0.1:5000 (moto's default port); otherwise starts one on a free loopback port, stopped and
 # removed at exit. Creates the test bucket (object_store cannot) with boto3
 # from the same environment, and exports WORKLEASE_TEST_S3_URL and, unless
 # already set, dummy AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (moto takes
@@ -18,20 +17,9 @@ worklease_moto_service() {
     local bucket="worklease-test"
     local region="us-east-1"
 
-    if ! command -v curl >/dev/null 2>&1 || ! command -v python3 >/dev/null 2>&1 \
-        || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
-        echo "moto: installing curl, python3 and python3-venv (apt-get)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq >/dev/null
-        apt-get install -y -qq curl python3 python3-venv >/dev/null
-    fi
-    if [ ! -x "$venv/bin/moto_server" ] || ! "$venv/bin/python" -c 'import boto3, moto' >/dev/null 2>&1; then
-        echo "moto: making the virtual environment $venv (pip install moto[s3] flask flask-cors boto3)"
-        mkdir -p "$cache"
-        rm -rf "$venv"
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install -q --disable-pip-version-check 'moto[s3]' flask flask-cors boto3
-    fi
+    # shellcheck source=lib/moto-venv.sh
+    source "$(dirname "${BASH_SOURCE[0]}")/lib/moto-venv.sh"
+    worklease_moto_venv "$venv"
 
     local port=""
     if curl -sf -o /dev/null "http://127.0.0.1:5000/moto-api/"; then
@@ -87,4 +75,4 @@ PY
 }
 
 worklease_moto_service
-unset -f worklease_moto_service
+unset -f worklease_moto_service worklease_moto_venv

@@ -476,7 +476,9 @@ impl Leases {
     ///
     /// # Errors
     /// As [`Leases::renew`]; also [`Error::Invalid`] for a checkpoint over
-    /// [`crate::limits::MAX_CHECKPOINT_BYTES`] (nothing is written).
+    /// [`crate::limits::MAX_CHECKPOINT_BYTES`], or over the store's own
+    /// lower limit ([`crate::store::LeaseStore::max_checkpoint_bytes`]: a
+    /// DynamoDB item holds less), naming the limit (nothing is written).
     pub async fn checkpoint(&self, token: &Token, data: impl Into<Bytes>) -> Result<Token> {
         let data = data.into();
         let store = self.inner.store.kind();
@@ -494,7 +496,7 @@ impl Leases {
 
     async fn checkpoint_inner(&self, token: &Token, data: Bytes) -> Result<Token> {
         self.check_token(token)?;
-        check_checkpoint(data.len())?;
+        check_checkpoint(data.len(), self.inner.store.max_checkpoint_bytes())?;
         let size = data.len();
         let sent = Instant::now();
         let result = self

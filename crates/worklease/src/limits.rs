@@ -167,16 +167,16 @@ pub(crate) fn ceil_millis(d: Duration) -> u64 {
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
-/// Checks a checkpoint's size against [`MAX_CHECKPOINT_BYTES`].
+/// Checks a checkpoint's size against [`MAX_CHECKPOINT_BYTES`] and a
+/// store's own limit `store_max` (its
+/// [`crate::store::LeaseStore::max_checkpoint_bytes`]), whichever is lower.
 ///
 /// # Errors
-/// [`InvalidInput::CheckpointTooLarge`] above the limit.
-pub fn check_checkpoint(len: usize) -> Result<(), InvalidInput> {
-    if len > MAX_CHECKPOINT_BYTES {
-        return Err(InvalidInput::CheckpointTooLarge {
-            len,
-            max: MAX_CHECKPOINT_BYTES,
-        });
+/// [`InvalidInput::CheckpointTooLarge`] above the limit, naming it.
+pub fn check_checkpoint(len: usize, store_max: usize) -> Result<(), InvalidInput> {
+    let max = MAX_CHECKPOINT_BYTES.min(store_max);
+    if len > max {
+        return Err(InvalidInput::CheckpointTooLarge { len, max });
     }
     Ok(())
 }
@@ -227,11 +227,19 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("1ms"));
-        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES).is_ok());
+        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES, usize::MAX).is_ok());
         assert_eq!(ceil_millis(Duration::from_micros(1500)), 2);
         assert_eq!(ceil_millis(Duration::from_millis(1500)), 1500);
         assert_eq!(ceil_millis(Duration::MAX), u64::MAX);
-        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1).is_err());
+        assert!(check_checkpoint(MAX_CHECKPOINT_BYTES + 1, usize::MAX).is_err());
+        assert!(check_checkpoint(1000, 1000).is_ok());
+        match check_checkpoint(1001, 1000) {
+            Err(InvalidInput::CheckpointTooLarge {
+                len: 1001,
+                max: 1000,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

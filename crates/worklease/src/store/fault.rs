@@ -328,6 +328,9 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
     fn max_batch(&self) -> usize {
         self.inner.max_batch()
     }
+    fn max_checkpoint_bytes(&self) -> usize {
+        self.inner.max_checkpoint_bytes()
+    }
     async fn renew_many(
         &self,
         leases: &[LeaseRef<'_>],

@@ -32,6 +32,8 @@ use crate::error::Result;
 use crate::limits::{HolderId, WorkId};
 
 pub mod batch;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "testkit")]
@@ -284,6 +286,17 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// it. A decorator answers as the inner store does.
     fn max_batch(&self) -> usize {
         batch::DEFAULT_MAX_BATCH
+    }
+
+    /// The largest checkpoint this store holds, in bytes: at most
+    /// [`crate::limits::MAX_CHECKPOINT_BYTES`] (the default), lower for a
+    /// store with a smaller value limit (a DynamoDB item). The lease layer
+    /// refuses a larger checkpoint with
+    /// [`crate::error::InvalidInput::CheckpointTooLarge`] naming this
+    /// limit, before the store sees it. A decorator answers as the inner
+    /// store does.
+    fn max_checkpoint_bytes(&self) -> usize {
+        crate::limits::MAX_CHECKPOINT_BYTES
     }
 
     /// Renews each of `leases` for `ttl`, as [`LeaseStore::renew`] would,

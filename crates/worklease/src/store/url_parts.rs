@@ -16,6 +16,62 @@ pub(crate) fn url_error(url: &str, reason: impl Into<String>) -> Error {
     .into()
 }
 
+/// `url` [`redact`]ed, with its `endpoint` query parameter decoded and
+/// redacted on its own: a percent-encoded
+/// `http%3A%2F%2Fuser%3Asecret%40host` would otherwise pass [`redact`]
+/// untouched (the `s3://` and `dynamodb://` URLs name their server so).
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn redact_with_endpoint(url: &str) -> String {
+    let Some((head, query)) = url.split_once('?') else {
+        return redact(url);
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some(("endpoint", value)) => {
+                let decoded = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+                format!("endpoint={}", redact(&decoded))
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    redact(&format!("{head}?{}", query.join("&")))
+}
+
+/// Why `endpoint` cannot be the server of an AWS-style store (S3,
+/// DynamoDB), or `None`: it must be an `http://` or `https://` URL with a
+/// host and without user info (`user:secret@`: credentials never go in a
+/// URL, and the HTTP clients show an endpoint in their errors). `advice`
+/// says where the store's credentials come from instead.
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn check_endpoint(endpoint: &str, advice: &str) -> Option<String> {
+    let parsed = url::Url::parse(endpoint).ok();
+    let ok = parsed
+        .as_ref()
+        .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if !ok {
+        return Some(format!(
+            "endpoint {:?} is not an http:// or https:// URL with a host",
+            redact(endpoint)
+        ));
+    }
+    if parsed.is_some_and(|u| !u.username().is_empty() || u.password().is_some()) {
+        return Some(format!(
+            "endpoint {:?} carries credentials: they do not go in the URL; {advice}",
+            redact(endpoint)
+        ));
+    }
+    None
+}
+
+/// Why `region` cannot be an AWS region name, or `None`: empty, or with
+/// spaces or control characters.
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn check_region(region: &str) -> Option<String> {
+    (region.is_empty() || region.chars().any(|c| c.is_control() || c.is_whitespace()))
+        .then(|| format!("region {region:?} is empty or has spaces"))
+}
+
 /// The scheme of `url` (the text before the first `:`, lower-cased) and the
 /// rest, or `None` when there is no valid scheme.
 pub(crate) fn split_scheme(url: &str) -> Option<(String, &str)> {

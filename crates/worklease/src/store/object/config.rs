@@ -21,7 +21,7 @@ use crate::error::{InvalidInput, Result, StoreError};
 #[cfg(doc)]
 use crate::store::register::Register;
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::redact;
+use crate::store::url_parts::{check_endpoint, check_region, redact, redact_with_endpoint};
 
 /// [`Register::kind`] of the S3 register.
 const S3_KIND: &str = "s3";
@@ -42,30 +42,10 @@ pub struct S3Config {
 
 fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
     InvalidInput::StoreUrl {
-        url: shown_url(url),
+        url: redact_with_endpoint(url),
         reason: reason.into(),
     }
     .into()
-}
-
-/// `url` redacted, with its `endpoint` parameter decoded and redacted on
-/// its own: a percent-encoded `http%3A%2F%2Fuser%3Asecret%40host` would
-/// otherwise pass [`redact`] untouched.
-fn shown_url(url: &str) -> String {
-    let Some((head, query)) = url.split_once('?') else {
-        return redact(url);
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("endpoint", value)) => {
-                let decoded = percent_decode_str(value).decode_utf8_lossy();
-                format!("endpoint={}", redact(&decoded))
-            }
-            _ => pair.to_string(),
-        })
-        .collect();
-    redact(&format!("{head}?{}", query.join("&")))
 }
 
 impl S3Config {
@@ -210,24 +190,10 @@ impl S3Config {
     /// credentials come from the `AWS_*` environment only, since the HTTP
     /// client would show an endpoint's user info in its errors and logs.
     pub fn endpoint(mut self, endpoint: &str) -> Result<Self> {
-        let parsed = url::Url::parse(endpoint).ok();
-        let ok = parsed
-            .as_ref()
-            .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-        if !ok {
-            return Err(InvalidInput::Config(format!(
-                "endpoint {:?} is not an http:// or https:// URL with a host",
-                redact(endpoint)
-            ))
-            .into());
-        }
-        if parsed.is_some_and(|u| !u.username().is_empty() || u.password().is_some()) {
-            return Err(InvalidInput::Config(format!(
-                "endpoint {:?} carries credentials: they do not go in the URL; set \
-                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or another AWS credential source)",
-                redact(endpoint)
-            ))
-            .into());
+        let advice = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or another AWS \
+                      credential source)";
+        if let Some(reason) = check_endpoint(endpoint, advice) {
+            return Err(InvalidInput::Config(reason).into());
         }
         self.endpoint = Some(endpoint.to_string());
         Ok(self)
@@ -238,10 +204,8 @@ impl S3Config {
     /// # Errors
     /// [`InvalidInput::Config`] for an empty region.
     pub fn region(mut self, region: &str) -> Result<Self> {
-        if region.is_empty() || region.chars().any(|c| c.is_control() || c.is_whitespace()) {
-            return Err(
-                InvalidInput::Config(format!("region {region:?} is empty or has spaces")).into(),
-            );
+        if let Some(reason) = check_region(region) {
+            return Err(InvalidInput::Config(reason).into());
         }
         self.region = Some(region.to_string());
         Ok(self)

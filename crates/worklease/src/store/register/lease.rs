@@ -36,6 +36,19 @@ impl<R: Register> RegisterStore<R> {
         Err(self.contention(lease.work_id))
     }
 
+    /// The register's fencing floor of `work_id` (a work ID without a
+    /// record starts above it).
+    async fn floor(&self, work_id: &WorkId) -> Result<u64> {
+        match self.register.fencing_floor(work_id).await {
+            Ok(floor) => Ok(floor),
+            Err(RegisterError::Store(e)) => Err(e.into()),
+            Err(RegisterError::Invalid(e)) => Err(e.into()),
+            Err(RegisterError::Conflict) => {
+                Err(self.error(work_id, "register reported a conflict on a read"))
+            }
+        }
+    }
+
     fn contention(&self, work_id: &WorkId) -> Error {
         self.error(
             work_id,
@@ -83,6 +96,11 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
         ExpiryClock::Observation
     }
 
+    /// The register's [`super::Register::max_checkpoint_bytes`].
+    fn max_checkpoint_bytes(&self) -> usize {
+        self.register.max_checkpoint_bytes()
+    }
+
     /// [`batch::EACH_CONCURRENCY`]: a register has no batch operation, so
     /// a batch is that many single calls at once (a renewal is a read and a
     /// conditional write each), one wave of requests.
@@ -98,16 +116,23 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
     ) -> Result<Grant> {
         for _ in 0..MAX_ATTEMPTS {
             let current = self.load(work_id).await?;
-            let (unexpired, left, next) = match &current {
-                None => (false, None, 1),
+            // The floor is read after the record: a token in any record
+            // that existed before this read is at or below it.
+            let floor = self.floor(work_id).await?;
+            let (unexpired, left, last) = match &current {
+                None => (false, None, floor),
                 Some(c) => {
                     let (unexpired, left) = judge(&c.stored.record, c.observed);
-                    let next = c.stored.record.fencing_token.checked_add(1);
-                    let next =
-                        next.ok_or_else(|| self.error(work_id, "fencing tokens exhausted"))?;
-                    (unexpired, Some(left), next)
+                    (
+                        unexpired,
+                        Some(left),
+                        c.stored.record.fencing_token.max(floor),
+                    )
                 }
             };
+            let next = last
+                .checked_add(1)
+                .ok_or_else(|| self.error(work_id, "fencing tokens exhausted"))?;
             let prior = current.as_ref().map(|c| &c.stored.record);
             let rec = record::acquire(
                 prior,

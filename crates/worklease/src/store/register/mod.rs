@@ -165,6 +165,53 @@ pub trait Register: Send + Sync + 'static {
     /// # Errors
     /// [`RegisterError::Store`] when the register fails.
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError>;
+
+    /// The highest fencing token an acquisition of `key` ever wrote, kept
+    /// by the register apart from the value so that deleting the value (by
+    /// hand, or by [`Register::delete`]) does not restart the work ID's
+    /// tokens; 0 when there is none. [`RegisterStore`] asks on every
+    /// acquisition, after reading the value, and takes the next token above
+    /// both. The default, for a register that keeps no such floor, is 0
+    /// without a request: deleting a value then restarts its tokens at 1.
+    ///
+    /// # Errors
+    /// [`RegisterError::Store`] when the register fails.
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        let _ = key;
+        Ok(0)
+    }
+
+    /// [`Register::write`] for an acquisition whose fencing token is
+    /// `fencing_token`. A register that keeps a floor
+    /// ([`Register::fencing_floor`]) raises it to `fencing_token` before
+    /// the value can take effect (in the same atomic step, or in a step
+    /// that completes before the write is sent), so the floor is never
+    /// below a token any value holds, and it never lowers the floor. The
+    /// default is [`Register::write`].
+    ///
+    /// # Errors
+    /// As [`Register::write`]; a floor already above `fencing_token` (raised
+    /// by another acquisition since the caller read it) is
+    /// [`RegisterError::Conflict`], and nothing is written.
+    async fn write_acquisition(
+        &self,
+        key: &WorkId,
+        previous: Option<&Handle>,
+        value: Bytes,
+        fencing_token: u64,
+    ) -> Result<Handle, RegisterError> {
+        let _ = fencing_token;
+        self.write(key, previous, value).await
+    }
+
+    /// The largest checkpoint, in bytes, a value of this register can
+    /// hold; the lease layer refuses a larger one as bad input
+    /// ([`crate::error::InvalidInput::CheckpointTooLarge`], nothing
+    /// written). Default [`crate::limits::MAX_CHECKPOINT_BYTES`]; a register
+    /// with a smaller value limit (a DynamoDB item) lowers it.
+    fn max_checkpoint_bytes(&self) -> usize {
+        crate::limits::MAX_CHECKPOINT_BYTES
+    }
 }
 
 #[async_trait]
@@ -189,6 +236,23 @@ impl<R: Register + ?Sized> Register for Arc<R> {
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
         (**self).list().await
     }
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        (**self).fencing_floor(key).await
+    }
+    async fn write_acquisition(
+        &self,
+        key: &WorkId,
+        previous: Option<&Handle>,
+        value: Bytes,
+        fencing_token: u64,
+    ) -> Result<Handle, RegisterError> {
+        (**self)
+            .write_acquisition(key, previous, value, fencing_token)
+            .await
+    }
+    fn max_checkpoint_bytes(&self) -> usize {
+        (**self).max_checkpoint_bytes()
+    }
 }
 
 /// How many times an operation reads and decides again after losing a
@@ -208,11 +272,13 @@ const MAX_ATTEMPTS: usize = 3;
 /// Not supported, by the nature of a bare register:
 ///
 /// * **No notifications**: [`LeaseStore::watch`] is `None`; waiters poll.
-/// * **Per-work-ID fencing only**: the next token is the record's plus one;
-///   tokens do not increase across work IDs (the Go original allows this). A global
-///   sequence would cost a second compare-and-swap on one shared key for
-///   every acquisition, a hot spot with no atomicity across the two keys. A
-///   purge through [`Register::delete`] restarts the work ID's tokens at 1.
+/// * **Per-work-ID fencing only**: the next token is one above both the
+///   record's and the register's [`Register::fencing_floor`]; tokens do not increase across work IDs (the Go original allows
+///   this). A global sequence would cost a second compare-and-swap on one
+///   shared key for every acquisition, a hot spot with no atomicity across
+///   the two keys. A purge through [`Register::delete`] restarts the work
+///   ID's tokens at 1, unless the register keeps a fencing floor apart
+///   from the value (DynamoDB's does).
 /// * **Slow takeover of an abandoned lease**: a contender must see the same
 ///   handle unchanged for a full TTL on its own clock, so an adapter that
 ///   first looks at a lease only after its holder died still waits a full

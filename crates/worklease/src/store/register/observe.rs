@@ -195,14 +195,22 @@ impl<R: Register> RegisterStore<R> {
             written_at_ms: unix_ms(wall),
             record,
         };
+        // An acquisition (a new token) goes through `write_acquisition`,
+        // which raises a register's fencing floor in the same step.
+        let token = stored.record.fencing_token;
+        let acquisition = current.is_none_or(|c| c.stored.record.fencing_token != token);
         let bytes = encode_record(&stored).map_err(|why| self.error(work_id, &why))?;
         let call = self.next_call();
         let sent = Instant::now();
-        match self
-            .register
-            .write(work_id, current.map(|c| &c.handle), bytes)
-            .await
-        {
+        let previous = current.map(|c| &c.handle);
+        let written = if acquisition {
+            self.register
+                .write_acquisition(work_id, previous, bytes, token)
+                .await
+        } else {
+            self.register.write(work_id, previous, bytes).await
+        };
+        match written {
             Ok(handle) => {
                 // Our own write: observed since it was sent (module docs).
                 self.observe(work_id, Some(&handle), call, sent)?;
