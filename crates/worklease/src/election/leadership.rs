@@ -58,7 +58,7 @@ impl Leadership {
     /// the write's error where the first write of the term's record failed
     /// (it runs while the term's work starts: ADR 0016); else
     /// [`Error::Resigned`] after [`Leadership::resign`] or a step-down
-    /// request ([`super::request_step_down`]).
+    /// request ([`request_step_down`](super::request_step_down)).
     pub fn lost_cause(&self) -> Option<Error> {
         self.loss().cause().or_else(|| {
             self.resigned
@@ -97,7 +97,7 @@ impl Leadership {
     }
 
     /// Ends this term when a step-down request for it arrives
-    /// ([`super::request_step_down`]) or the first write of its record failed:
+    /// ([`request_step_down`](super::request_step_down)) or the first write of its record failed:
     /// the lost signal fires (cause `Resigned`, or the write's error) while
     /// the lease stays renewed; [`Elector::lead`] releases once the
     /// function has returned, so that nobody else leads while the work is
