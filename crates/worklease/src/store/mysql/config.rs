@@ -286,7 +286,9 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
                 .map_err(|_| url_error(url, format!("query parameter {key:?} is not UTF-8")))
         };
         let name = decode(key)?;
-        if !seen.insert(name.clone()) {
+        // Both spellings of a setting are one setting (`ssl-mode` and
+        // `ssl_mode`): a second one must not turn TLS off.
+        if !seen.insert(name.replace('_', "-")) {
             return Err(url_error(
                 url,
                 format!("the parameter {name:?} appears twice"),
@@ -350,6 +352,18 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
             ),
         )
     })?;
+    // An IPv6 address keeps its URL brackets in mysql_async's host name,
+    // which then fails to resolve: connect to the address itself.
+    let host = opts.ip_or_hostname();
+    let opts = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(address) => {
+            let address = address.to_string();
+            mysql_async::Opts::from(
+                mysql_async::OptsBuilder::from_opts(opts).ip_or_hostname(address),
+            )
+        }
+        None => opts,
+    };
     if opts.db_name().is_none_or(str::is_empty) {
         return Err(url_error(
             url,
@@ -367,9 +381,14 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
 /// `mysql://user@host:port/db` from the options: never the password.
 pub(super) fn describe(opts: &mysql_async::Opts) -> String {
     let user = opts.user().map(|u| format!("{u}@")).unwrap_or_default();
+    let host = opts.ip_or_hostname();
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
     format!(
-        "mysql://{user}{}:{}/{}",
-        opts.ip_or_hostname(),
+        "mysql://{user}{host}:{}/{}",
         opts.tcp_port(),
         opts.db_name().unwrap_or_default()
     )
@@ -413,6 +432,9 @@ mod tests {
         assert_eq!(parts.opts.db_name(), Some("leases"));
         assert_eq!(parts.opts.pass(), Some("s3cret"));
         assert_eq!(describe(&parts.opts), "mysql://app@db.internal:3307/leases");
+        let v6 = parse_url("mysql://root@[::1]:3307/db").unwrap();
+        assert_eq!(v6.opts.ip_or_hostname(), "::1");
+        assert_eq!(describe(&v6.opts), "mysql://root@[::1]:3307/db");
         let parts = parse_url("MariaDB://h/db").unwrap();
         assert_eq!(parts.table, TableName::default());
         assert_eq!(parts.opts.tcp_port(), 3306);
@@ -434,6 +456,10 @@ mod tests {
             ("mysql://u:pw@h:notaport/db", "port"),
             ("mysql://u:pw@h", "no database"),
             ("mysql://u:pw@h/db?ssl-mode=PREFERRED", "PREFERRED"),
+            (
+                "mysql://u:pw@h/db?ssl-mode=REQUIRED&ssl_mode=DISABLED",
+                "appears twice",
+            ),
             ("mysql://u:pw@h/db?require_ssl=true", "ssl-mode"),
             ("mysql://u:pw@h/db?ssl-ca=%2Fca.pem", "ssl-ca needs"),
             ("postgres://u:pw@h/db", "mysql://"),
