@@ -1409,19 +1409,11 @@ async fn a_hung_member_costs_no_lease() {
 // ---------------------------------------------------------------------
 // TLS (`etcds://`, feature `etcd-tls`).
 
-/// A throwaway CA (its certificate in PEM, and an issuer to sign with),
-/// named `name`.
 #[cfg(feature = "etcd-tls")]
-fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, name);
-    let key = rcgen::KeyPair::generate().expect("CA key");
-    let pem = params.self_signed(&key).expect("CA certificate").pem();
-    (pem, rcgen::Issuer::new(params, key))
-}
+#[path = "common/tls.rs"]
+mod common_tls;
+#[cfg(feature = "etcd-tls")]
+use common_tls::{signed_cert, test_ca};
 
 /// A member serving `https://127.0.0.1:PORT` with a certificate of a
 /// throwaway CA, and requiring client certificates of that CA, takes
@@ -1434,16 +1426,8 @@ fn test_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
 async fn tls_members_take_etcds_urls_that_trust_their_ca() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ca_pem, issuer) = test_ca("worklease test CA");
-    let server_key = rcgen::KeyPair::generate().expect("server key");
-    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("server params")
-        .signed_by(&server_key, &issuer)
-        .expect("server certificate");
-    let client_key = rcgen::KeyPair::generate().expect("client key");
-    let client = rcgen::CertificateParams::new(vec!["worklease-test".to_string()])
-        .expect("client params")
-        .signed_by(&client_key, &issuer)
-        .expect("client certificate");
+    let (server_pem, server_key_pem) = signed_cert(&issuer, "127.0.0.1");
+    let (client_pem, client_key_pem) = signed_cert(&issuer, "worklease-test");
     let (other_ca_pem, _) = test_ca("another CA");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
@@ -1451,14 +1435,14 @@ async fn tls_members_take_etcds_urls_that_trust_their_ca() {
         path
     };
     let ca = write("ca.pem", &ca_pem);
-    let client_cert = write("client.pem", &client.pem());
-    let client_key_file = write("client-key.pem", &client_key.serialize_pem());
+    let client_cert = write("client.pem", &client_pem);
+    let client_key_file = write("client-key.pem", &client_key_pem);
     let tls = ServerTls {
-        cert: write("server.pem", &server.pem()),
-        key: write("server-key.pem", &server_key.serialize_pem()),
+        cert: write("server.pem", &server_pem),
+        key: write("server-key.pem", &server_key_pem),
         ca: ca.clone(),
-        client_cert_pem: client.pem(),
-        client_key_pem: client_key.serialize_pem(),
+        client_cert_pem: client_pem,
+        client_key_pem,
     };
     let other_ca = write("other-ca.pem", &other_ca_pem);
     let cluster = Cluster::start_with(1, Some(tls)).await;

@@ -5,7 +5,8 @@
 //! one runs). Every test run uses its own table names. Tests that stop or
 //! restart a server start their own throwaway `mariadbd` (a datadir made by
 //! `mariadb-install-db`) on a free loopback port, and never touch the
-//! shared one.
+//! shared one; so does the TLS test (feature `mysql-tls`), whose server
+//! serves a certificate of a throwaway CA made by rcgen.
 #![cfg(feature = "mysql")]
 
 use std::sync::Arc;
@@ -72,10 +73,16 @@ worklease::conformance_tests!(mysql, paused = false, async {
     Suite::new(Arc::new(open_shared(&fresh_table("check")).await))
 });
 
+#[cfg(feature = "mysql-tls")]
+#[path = "common/tls.rs"]
+mod common_tls;
 #[path = "mysql/outages.rs"]
 mod outages;
 #[path = "mysql/server.rs"]
 mod server;
+#[cfg(feature = "mysql-tls")]
+#[path = "mysql/tls.rs"]
+mod tls;
 
 /// The GET_LOCK failure of JasperFx/wolverine#4284: a holder that acquires
 /// its own lease again and again, then releases once, leaves it free (a

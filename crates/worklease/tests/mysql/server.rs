@@ -1,6 +1,7 @@
 //! A throwaway MariaDB server for the tests that stop or restart the
 //! server: its own datadir (`mariadb-install-db`), its own loopback port,
-//! stopped and removed when dropped. The shared server is never touched.
+//! stopped and removed when dropped; with [`ServerTls`], serving TLS.
+//! The shared server is never touched.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -38,9 +39,19 @@ fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// The server's TLS files, in PEM: written into its directory (so that
+/// the `mysql` user can read them) and given as `--ssl-ca`, `--ssl-cert`
+/// and `--ssl-key`.
+pub(crate) struct ServerTls {
+    pub(crate) ca: String,
+    pub(crate) cert: String,
+    pub(crate) key: String,
+}
+
 pub(crate) struct Server {
     dir: tempfile::TempDir,
     port: u16,
+    tls: bool,
     child: Mutex<Option<Child>>,
 }
 
@@ -48,11 +59,27 @@ impl Server {
     /// Initialises a datadir and starts the server on a free port; waits
     /// until it answers.
     pub(crate) async fn start() -> Self {
-        let (dir, port) = tokio::task::spawn_blocking(|| {
+        Self::start_with(None).await
+    }
+
+    /// [`Server::start`], serving TLS with `tls` when given (plain
+    /// connections are still taken).
+    pub(crate) async fn start_with(tls: Option<ServerTls>) -> Self {
+        let with_tls = tls.is_some();
+        let (dir, port) = tokio::task::spawn_blocking(move || {
             let dir = tempfile::Builder::new()
                 .prefix("worklease-mariadb-")
                 .tempdir()
                 .expect("temporary directory");
+            if let Some(tls) = tls {
+                for (name, pem) in [
+                    ("ca.pem", tls.ca),
+                    ("cert.pem", tls.cert),
+                    ("key.pem", tls.key),
+                ] {
+                    std::fs::write(dir.path().join(name), pem).expect("write a TLS file");
+                }
+            }
             let mut install = Command::new(program(&["mariadb-install-db", "mysql_install_db"]));
             install
                 .arg("--no-defaults")
@@ -82,6 +109,7 @@ impl Server {
         let server = Server {
             dir,
             port,
+            tls: with_tls,
             child: Mutex::new(None),
         };
         server.start_again().await;
@@ -106,6 +134,11 @@ impl Server {
             .arg("--innodb-log-file-size=8M")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if self.tls {
+            cmd.arg(format!("--ssl-ca={}", d.join("ca.pem").display()))
+                .arg(format!("--ssl-cert={}", d.join("cert.pem").display()))
+                .arg(format!("--ssl-key={}", d.join("key.pem").display()));
+        }
         if running_as_root() {
             cmd.arg("--user=mysql");
         }
@@ -120,7 +153,11 @@ impl Server {
         format!("mysql://root@127.0.0.1:{}/test", self.port)
     }
 
-    async fn connect_root(&self, db: &str) -> mysql_async::Conn {
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) async fn connect_root(&self, db: &str) -> mysql_async::Conn {
         let url = format!("mysql://root@127.0.0.1:{}/{db}", self.port);
         let opts = mysql_async::Opts::from_url(&url).expect("URL");
         mysql_async::Conn::new(opts).await.expect("connect")

@@ -174,7 +174,14 @@ impl MysqlStore {
     /// where the network is trusted), `VERIFY_CA` verifies its chain and
     /// `VERIFY_IDENTITY` also its name, against the PEM file `ssl-ca=PATH`
     /// or, without it, the built-in web roots. Without `ssl-mode`, or with
-    /// `DISABLED`, connections are plain.
+    /// `DISABLED`, connections are plain. With TLS, connections to a
+    /// loopback address do not try the server's Unix socket first (an
+    /// attempt that fails under TLS) unless the URL sets `prefer_socket`.
+    ///
+    /// `VERIFY_CA` checks the name too for now: mysql_async 0.37.1 never
+    /// skips a name mismatch under rustls 0.23 (blackbeam/mysql_async#404,
+    /// fixed upstream by #408, not yet released), so it fails closed and
+    /// acts as `VERIFY_IDENTITY`.
     ///
     /// # Errors
     /// [`InvalidInput::StoreUrl`] (URL redacted) for a malformed URL, or a
@@ -188,10 +195,20 @@ impl MysqlStore {
             options = options.max_connections(max);
         }
         #[cfg(feature = "mysql-tls")]
-        let opts = mysql_async::Opts::from(
-            OptsBuilder::from_opts(parts.opts)
-                .ssl_opts(tls::ssl_opts(parts.ssl_mode, parts.ssl_ca.as_deref())?),
-        );
+        let opts = {
+            let tls = tls::ssl_opts(parts.ssl_mode, parts.ssl_ca.as_deref())?;
+            // mysql_async tries to move a loopback TCP connection to the
+            // server's Unix socket (`prefer_socket`, on by default); with
+            // TLS it asks for TLS there and never starts it, so every new
+            // connection costs one the server counts as aborted. With TLS
+            // asked for, stay on TCP unless the URL says otherwise.
+            let keep_tcp = tls.is_some() && !url.contains("prefer_socket=");
+            let mut builder = OptsBuilder::from_opts(parts.opts).ssl_opts(tls);
+            if keep_tcp {
+                builder = builder.prefer_socket(false);
+            }
+            mysql_async::Opts::from(builder)
+        };
         #[cfg(not(feature = "mysql-tls"))]
         let opts = parts.opts;
         Self::new(opts, options)

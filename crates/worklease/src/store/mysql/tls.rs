@@ -16,6 +16,12 @@ use super::KIND;
 /// PEM file `ca` or, without it, the built-in web roots. `None` for
 /// `DISABLED`.
 ///
+/// `VERIFY_CA` sets mysql_async's `skip_domain_validation`, which 0.37.1
+/// ignores under rustls 0.23 (it looks for "NotValidForName" in the
+/// error's text, which now reads "certificate not valid for name":
+/// blackbeam/mysql_async#404): the name is checked as under
+/// `VERIFY_IDENTITY` until a release with the fix (#408).
+///
 /// # Errors
 /// A [`StoreError`] when `ca` cannot be read.
 pub(super) fn ssl_opts(mode: SslMode, ca: Option<&Path>) -> Result<Option<SslOpts>> {
