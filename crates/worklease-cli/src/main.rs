@@ -32,9 +32,10 @@
 //! notifications: waiters poll),
 //! `redis://host:port/db?prefix=...`, `etcd://host:2379,host:2379?prefix=...`
 //! (`etcds://...&cacert=PATH` for TLS)
-//! and `s3://BUCKET/PREFIX?endpoint=URL&region=REGION` (across machines;
-//! S3 credentials from the `AWS_*` variables). An `s3://` store has no
-//! clock and judges expiry by observation: `status` shows its held leases
+//! `s3://BUCKET/PREFIX?endpoint=URL&region=REGION` and
+//! `dynamodb://TABLE?region=REGION&prefix=P` (across machines; credentials
+//! from the `AWS_*` variables or another standard AWS source). An `s3://`
+//! or `dynamodb://` store has no clock and judges expiry by observation: `status` shows its held leases
 //! as `held?` and `run` without `--wait` cannot say when one expires. URLs
 //! are shown only with their passwords masked. `run`, `elect` and `demo`
 //! create a missing SQLite file (and its directories); `status`, `release`
@@ -120,14 +121,15 @@ postgres://user@host:5432/db?table=worklease_leases,
 mysql://user@host:3306/db?table=worklease_leases (or mariadb://; waiters poll),
 redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklease/
 (etcds://...&cacert=PATH[&cert=PATH&key=PATH] for TLS)
-or s3://BUCKET/PREFIX?endpoint=URL&region=REGION (endpoint and region optional;
-credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or another AWS_*
-source; expiry judged by observation, see `status --help`). Passwords are
-never printed. On one host: sqlite:PATH; the default is the SQLite file
+s3://BUCKET/PREFIX?endpoint=URL&region=REGION or
+dynamodb://TABLE?region=REGION&prefix=P[&create=true] (endpoint and region
+optional; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or
+another AWS_* source; expiry judged by observation, see `status --help`).
+Passwords are never printed. On one host: sqlite:PATH; the default is the SQLite file
 $WORKLEASE_HOME/leases.db, else $XDG_DATA_HOME/worklease/leases.db, else
 $HOME/.local/share/worklease/leases.db, else /var/lib/worklease/leases.db.
-status, release and checkpoint never create a store: a missing SQLite file is
-an error (exit 69).
+status, release and checkpoint never create a store: a missing SQLite file or
+PostgreSQL/MySQL table is an error (exit 69).
 Logs go to stderr (warnings by default; -v debug, -vv trace, -q errors only, or RUST_LOG;
 --log-format json for one JSON object per line). run, elect and pool serve Prometheus metrics
 with --metrics-addr 127.0.0.1:PORT (docs/metrics.md).
@@ -485,7 +487,7 @@ impl MetricsArg {
 /// The store option shared by every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArg {
-    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., sqlite:PATH or memory:
+    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., dynamodb://..., sqlite:PATH or memory:
     /// [default: the SQLite file leases.db under $WORKLEASE_HOME, $XDG_DATA_HOME/worklease,
     /// $HOME/.local/share/worklease or /var/lib/worklease]
     #[arg(

@@ -141,7 +141,7 @@ return 1";
 enum Sink {
     Sqlite(rusqlite::Connection),
     Postgres {
-        store: PostgresStore,
+        store: Box<PostgresStore>,
         table: String,
     },
     Redis {
@@ -162,7 +162,7 @@ impl Sink {
                 Sink::Sqlite(conn)
             }
             Kind::Postgres => Sink::Postgres {
-                store: PostgresStore::from_url(at).expect("lease store URL"),
+                store: Box::new(PostgresStore::from_url(at).expect("lease store URL")),
                 table: name.to_string(),
             },
             Kind::Redis => Sink::Redis {

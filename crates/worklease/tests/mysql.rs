@@ -443,3 +443,37 @@ async fn checkpoints_and_handoffs_survive_a_round_trip_of_odd_ids() {
     assert_eq!(store.inspect(&[]).await.expect("inspect").len(), ids.len());
     drop_table(&store).await;
 }
+
+/// A store opened for a read-only command (`StoreSpec::open_existing`:
+/// `status`, `leader`, `release`, `checkpoint`) creates nothing: a missing
+/// table is an error naming it, and stays missing; an existing one works.
+#[tokio::test]
+async fn an_existing_only_store_creates_no_table() {
+    let table = fresh_table("existing");
+    let url = with_params(&server_url(), &format!("table={table}"));
+    let spec = worklease::store::url::parse(&url).expect("URL");
+    let store = spec.open_existing().expect("opens lazily");
+    let e = store.inspect(&[]).await.unwrap_err().to_string();
+    assert!(e.contains("no store") && e.contains(&table), "{e}");
+    let probe = open_shared(&fresh_table("probe")).await;
+    let mut conn = probe.pool().get_conn().await.expect("connection");
+    let found: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE ?",
+            (format!("{table}%"),),
+        )
+        .await
+        .expect("query");
+    assert_eq!(found, Some(0), "a read-only open created a table");
+    drop(conn);
+    let created = open_shared(&table).await;
+    let store = spec.open_existing().expect("opens");
+    assert!(store
+        .inspect(&[])
+        .await
+        .expect("the table exists")
+        .is_empty());
+    drop_table(&created).await;
+    drop_table(&probe).await;
+}

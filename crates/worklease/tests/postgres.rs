@@ -794,3 +794,37 @@ async fn tls_connections_verify_the_server() {
     assert!(e.is_transient(), "{chain}");
     assert!(chain.to_lowercase().contains("certificate"), "{chain}");
 }
+
+/// A store opened for a read-only command (`StoreSpec::open_existing`:
+/// `status`, `leader`, `release`, `checkpoint`) creates nothing: a missing
+/// table is an error naming it, and neither it nor its sequence appears;
+/// an existing one works.
+#[tokio::test]
+async fn an_existing_only_store_creates_no_table() {
+    let table = fresh_table("existing");
+    let url = with_params(&server_url(), &format!("table={table}"));
+    let spec = worklease::store::url::parse(&url).expect("URL");
+    let store = spec.open_existing().expect("opens lazily");
+    let e = store.inspect(&[]).await.unwrap_err().to_string();
+    assert!(e.contains("no store") && e.contains(&table), "{e}");
+    let probe = open_shared(run_table()).await;
+    let client = probe.pool().get().await.expect("connection");
+    let found: i64 = client
+        .query_one(
+            "SELECT COUNT(*) FROM pg_class WHERE relname LIKE $1",
+            &[&format!("{table}%")],
+        )
+        .await
+        .expect("query")
+        .get(0);
+    assert_eq!(found, 0, "a read-only open created a table or sequence");
+    drop(client);
+    let created = open_shared(&table).await;
+    let store = spec.open_existing().expect("opens");
+    assert!(store
+        .inspect(&[])
+        .await
+        .expect("the table exists")
+        .is_empty());
+    drop_table(&created).await;
+}

@@ -129,6 +129,24 @@ pub enum FencedTransactionError<E> {
 /// The comment of a lease table names its schema version after this.
 pub(crate) const COMMENT_PREFIX: &str = "worklease lease table, schema version ";
 
+/// The error of a store opened without schema creation
+/// (`create_schema(false)`) whose lease table does not exist.
+pub(crate) fn no_store(
+    kind: &'static str,
+    table: &dyn std::fmt::Display,
+    shown: &str,
+) -> crate::error::Error {
+    crate::error::StoreError::new(
+        kind,
+        format!(
+            "no store: table {table} does not exist in {shown} (the first `worklease run`, \
+             `elect` or `pool` creates it; `status`, `leader`, `release` and `checkpoint` \
+             create nothing)"
+        ),
+    )
+    .into()
+}
+
 /// Checks an existing lease table's comment: refused when it names no
 /// worklease schema version (another application's table) or a newer one
 /// than `version` (written by a newer worklease).

@@ -157,7 +157,11 @@ impl StoreSpec {
     /// commands that only read or change existing leases (`status`,
     /// `release --force`, `checkpoint`), so that a mistyped path does not
     /// leave an empty store (and its directories) behind. A SQLite file
-    /// must be there; other stores open as with [`StoreSpec::open`].
+    /// must be there; a PostgreSQL or MySQL store creates no table (a
+    /// missing one is an error at the first call); other stores open as
+    /// with [`StoreSpec::open`] (their keys or objects appear only when a
+    /// lease is written; a DynamoDB URL with `create=true` asks for its
+    /// table).
     ///
     /// # Errors
     /// [`crate::Error::Store`] naming the path ("no store at PATH") when
@@ -185,7 +189,13 @@ impl StoreSpec {
                 }
             }
         }
-        self.open()
+        match self {
+            #[cfg(feature = "postgres")]
+            StoreSpec::Postgres(url) => Ok(Arc::new(url.open_existing()?)),
+            #[cfg(feature = "mysql")]
+            StoreSpec::Mysql(url) => Ok(Arc::new(url.open_existing()?)),
+            _ => self.open(),
+        }
     }
 }
 

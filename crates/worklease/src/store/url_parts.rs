@@ -20,22 +20,40 @@ pub(crate) fn url_error(url: &str, reason: impl Into<String>) -> Error {
 /// redacted on its own: a percent-encoded
 /// `http%3A%2F%2Fuser%3Asecret%40host` would otherwise pass [`redact`]
 /// untouched (the `s3://` and `dynamodb://` URLs name their server so).
+/// The user part goes too (`***@`): in an AWS-style URL it would be an
+/// access key ID.
 #[cfg(any(feature = "object-store", feature = "dynamodb"))]
 pub(crate) fn redact_with_endpoint(url: &str) -> String {
     let Some((head, query)) = url.split_once('?') else {
-        return redact(url);
+        return mask_user(&redact(url));
     };
     let query: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
             Some(("endpoint", value)) => {
                 let decoded = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
-                format!("endpoint={}", redact(&decoded))
+                format!("endpoint={}", mask_user(&redact(&decoded)))
             }
             _ => pair.to_string(),
         })
         .collect();
-    redact(&format!("{head}?{}", query.join("&")))
+    mask_user(&redact(&format!("{head}?{}", query.join("&"))))
+}
+
+/// `url` with the user info of its authority (before an `@`) replaced by
+/// `***`.
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+fn mask_user(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let end = url[start..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
 }
 
 /// Why `endpoint` cannot be the server of an AWS-style store (S3,

@@ -283,6 +283,11 @@ mod tests {
             r.contains("AWS_ACCESS_KEY_ID") && !r.contains("s3cret"),
             "{r}"
         );
+        // Nor the access key ID, in the URL the error shows.
+        let e = DynamoConfig::from_url("dynamodb://AKIAEXAMPLE:s3cret@leases")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("AKIAEXAMPLE") && !e.contains("s3cret"), "{e}");
         assert!(!reason("dynamodb://AKIAEXAMPLEKEY@leases").contains("AKIAEXAMPLEKEY"));
         for endpoint in [
             "http://u:SuperSecret6@127.0.0.1:1",

@@ -119,6 +119,9 @@ pub struct MysqlOptions {
     pub(super) max_connections: usize,
     pub(super) connect_timeout: Duration,
     pub(super) max_connection_lifetime: Option<Duration>,
+    /// Create the tables (and, for MySQL, the procedures) when missing;
+    /// `false` for commands that must create nothing.
+    pub(super) create_schema: bool,
 }
 
 impl Default for MysqlOptions {
@@ -128,6 +131,7 @@ impl Default for MysqlOptions {
             max_connections: 16,
             connect_timeout: Duration::from_secs(5),
             max_connection_lifetime: None,
+            create_schema: true,
         }
     }
 }
@@ -163,6 +167,17 @@ impl MysqlOptions {
     /// proxies that want connections refreshed. Default: never.
     pub fn max_connection_lifetime(mut self, lifetime: Duration) -> Self {
         self.max_connection_lifetime = Some(lifetime);
+        self
+    }
+
+    /// Whether the first call creates the store's schema when the table is
+    /// missing (default `true`). With `false` a missing table is a store
+    /// error naming it ("no store"), and nothing is created: for read-only
+    /// tools (`worklease status`, `leader`, `release`, `checkpoint`) and
+    /// roles without `CREATE`, so that a mistyped table is not taken for
+    /// an empty store.
+    pub fn create_schema(mut self, on: bool) -> Self {
+        self.create_schema = on;
         self
     }
 
@@ -222,6 +237,17 @@ impl MysqlUrl {
     /// As [`MysqlStore::from_url`].
     pub fn open(&self) -> Result<MysqlStore> {
         MysqlStore::from_url(&self.url)
+    }
+
+    /// Opens the store without creating its schema
+    /// ([`MysqlOptions::create_schema`]): a missing table is an error.
+    ///
+    /// # Errors
+    /// As [`MysqlStore::from_url`].
+    pub fn open_existing(&self) -> Result<MysqlStore> {
+        let mut store = MysqlStore::from_url(&self.url)?;
+        store.options.create_schema = false;
+        Ok(store)
     }
 }
 

@@ -5,7 +5,7 @@
 use mysql_async::prelude::Queryable;
 
 use crate::error::{Result, StoreError};
-use crate::store::sql_rows::check_schema_comment;
+use crate::store::sql_rows::{check_schema_comment, no_store};
 
 use super::conn::db_err;
 use super::sql::SCHEMA_VERSION;
@@ -85,6 +85,8 @@ impl MysqlStore {
             .map_err(db_err("cannot read the schema"))?;
         if comment.is_some() {
             check_schema_comment(KIND, comment.as_deref(), SCHEMA_VERSION, table, &self.shown)?;
+        } else if !self.options.create_schema {
+            return Err(no_store(KIND, table, &self.shown));
         }
         for create in &self.sql.create {
             conn.query_drop(create)

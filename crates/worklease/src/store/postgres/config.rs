@@ -137,6 +137,9 @@ pub struct PostgresOptions {
     pub(super) connect_timeout: Duration,
     pub(super) wake_jitter: Duration,
     pub(super) max_connection_lifetime: Option<Duration>,
+    /// Create the table and its sequence when missing; `false` for
+    /// commands that must create nothing.
+    pub(super) create_schema: bool,
 }
 
 impl Default for PostgresOptions {
@@ -147,6 +150,7 @@ impl Default for PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             wake_jitter: Duration::from_millis(5),
             max_connection_lifetime: None,
+            create_schema: true,
         }
     }
 }
@@ -196,6 +200,17 @@ impl PostgresOptions {
         self
     }
 
+    /// Whether the first call creates the store's table and sequence when
+    /// the table is missing (default `true`). With `false` a missing table
+    /// is a store error naming it ("no store"), and nothing is created:
+    /// for read-only tools (`worklease status`, `leader`, `release`,
+    /// `checkpoint`) and roles without `CREATE`, so that a mistyped table
+    /// is not taken for an empty store.
+    pub fn create_schema(mut self, on: bool) -> Self {
+        self.create_schema = on;
+        self
+    }
+
     /// The configured table.
     pub fn table_name(&self) -> &TableName {
         &self.table
@@ -238,6 +253,17 @@ impl PostgresUrl {
     /// As [`PostgresStore::from_url`].
     pub fn open(&self) -> Result<PostgresStore> {
         PostgresStore::from_url(&self.url)
+    }
+
+    /// Opens the store without creating its schema
+    /// ([`PostgresOptions::create_schema`]): a missing table is an error.
+    ///
+    /// # Errors
+    /// As [`PostgresStore::from_url`].
+    pub fn open_existing(&self) -> Result<PostgresStore> {
+        let mut store = PostgresStore::from_url(&self.url)?;
+        store.options.create_schema = false;
+        Ok(store)
     }
 }
 

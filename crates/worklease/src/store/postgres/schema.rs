@@ -2,7 +2,7 @@
 //! schema version checked.
 
 use crate::error::Result;
-use crate::store::sql_rows::{check_schema_comment, COMMENT_PREFIX};
+use crate::store::sql_rows::{check_schema_comment, no_store, COMMENT_PREFIX};
 
 use super::pool::{db_err, get, pool_err};
 use super::{PostgresStore, KIND};
@@ -40,6 +40,8 @@ impl PostgresStore {
             (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
         if has_table {
             check_schema_comment(KIND, comment.as_deref(), SCHEMA_VERSION, table, &self.shown)?;
+        } else if !self.options.create_schema {
+            return Err(no_store(KIND, table, &self.shown));
         }
         tx.batch_execute(&format!(
             "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint MINVALUE 1 NO CYCLE CACHE 1"
