@@ -64,6 +64,9 @@ const DEFAULT_ETCD: &str = "etcd://127.0.0.1:2379";
 #[cfg(feature = "object-store")]
 const DEFAULT_S3: &str =
     "s3://worklease-test/worklease-test?endpoint=http://127.0.0.1:5000&region=us-east-1";
+#[cfg(feature = "dynamodb")]
+const DEFAULT_DYNAMODB: &str =
+    "dynamodb://worklease-bench?endpoint=http://127.0.0.1:4567&region=us-east-1&create=true";
 
 #[derive(Parser)]
 #[command(
@@ -86,7 +89,7 @@ struct RunArgs {
     #[arg(long)]
     quick: bool,
     /// Stores to measure, comma-separated [default: all]: memory, sqlite,
-    /// postgres, mysql, redis, etcd, s3.
+    /// postgres, mysql, redis, etcd, s3, dynamodb.
     #[arg(long, value_delimiter = ',')]
     stores: Vec<String>,
     /// Scenarios to run, comma-separated [default: all]. `pool` runs on
@@ -125,6 +128,14 @@ struct RunArgs {
     /// of this run are deleted at the end.
     #[arg(long)]
     s3_url: Option<String>,
+    /// The DynamoDB table, endpoint and region [default:
+    /// $WORKLEASE_TEST_DYNAMODB_URL, else
+    /// dynamodb://worklease-bench?endpoint=http://127.0.0.1:4567&region=us-east-1&create=true
+    /// (dynalite's port)]; credentials from the standard AWS sources
+    /// (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Items of this run are
+    /// deleted at the end; the table stays.
+    #[arg(long)]
+    dynamodb_url: Option<String>,
     /// Seconds per figure of cycle, renew, checkpoint and semaphore
     /// (overrides the plan's: 3 s, or 0.1 s with --quick).
     #[arg(long)]
@@ -304,7 +315,8 @@ fn main() -> std::process::ExitCode {
     feature = "mysql",
     feature = "redis",
     feature = "etcd",
-    feature = "object-store"
+    feature = "object-store",
+    feature = "dynamodb"
 ))]
 fn server_url(flag: Option<String>, var: &str, default: &str) -> String {
     flag.or_else(|| std::env::var(var).ok())
@@ -387,6 +399,12 @@ async fn run(args: RunArgs) -> Result<()> {
         ),
         #[cfg(feature = "object-store")]
         s3_url: server_url(args.s3_url.clone(), "WORKLEASE_TEST_S3_URL", DEFAULT_S3),
+        #[cfg(feature = "dynamodb")]
+        dynamodb_url: server_url(
+            args.dynamodb_url.clone(),
+            "WORKLEASE_TEST_DYNAMODB_URL",
+            DEFAULT_DYNAMODB,
+        ),
         ttl: plan.ttl,
     };
     let mut run = Run {

@@ -15,7 +15,8 @@ pub const ACROSS_PROCESSES: &str = ", waiters in other processes";
 pub const GOAL_PEER: &str = "cycle at least as fast as the peer lock at every concurrency";
 pub const GOAL_SCALE: &str = "100,000 leases renewed by one process, no renewal missed";
 // The goals of issue 17 (sessions and batches).
-pub const GOAL_SCALE_REGISTER: &str = "S3: 1,000 leases renewed, no renewal missed";
+pub const GOAL_SCALE_REGISTER: &str =
+    "a register store (S3, DynamoDB): 1,000 leases renewed, no renewal missed";
 pub const GOAL_CALLS: &str = "store calls per renewal tick ≤ ceil(leases due / batch size)";
 pub const GOAL_CPU: &str = "process CPU ≤ 5 µs per lease renewal at 100,000";
 pub const GOAL_RSS: &str = "resident memory ≤ 2 KiB per lease at 100,000";

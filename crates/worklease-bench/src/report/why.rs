@@ -20,6 +20,7 @@ pub fn store_note(store: &str) -> Option<&'static str> {
         "redis" => "ours: each call is one `EVALSHA` of a Lua script touching the lease's keys (state hash, `live` key with its PX TTL, fencing counter; a checkpoint also its data key); the baseline is one `EVALSHA` of a 3-command script. All clients share the store's one multiplexed connection, as the baseline does.",
         "etcd" => "ours: an acquisition is one transaction (a nested transaction writing `live` on the holder's session lease and `acq`), with a keep-alive of the session lease beside it (shared by concurrent calls, a message on an open stream); a release one transaction (deleting `live`, writing `state`); the work ID's first acquisition by a store that has not seen it free costs a second transaction. The baseline is one transaction writing one key.",
         "s3" => "ours goes through the register adapter: each operation reads the object, then writes it conditionally (two requests); the baseline is one conditional PUT.",
+        "dynamodb" => "ours goes through the register adapter: a renewal or checkpoint is a strongly consistent `GetItem`, then a conditional `PutItem` of the whole item (two requests); an acquisition also reads the work ID's fencing floor and raises it with a conditional `UpdateItem` before the `PutItem` (four requests), a release two. The baseline is one conditional `PutItem`.",
         _ => return None,
     })
 }
@@ -35,6 +36,7 @@ fn handoff_note(store: &str) -> &'static str {
         "redis" => "a round trip on loopback is tens of microseconds; the release's `PUBLISH` goes out on the store's subscriber connection, whose task wakes the waiting task, which then runs its acquisition script: each of those hops costs about as much as a round trip, so two round trips cannot be met by any pub/sub path.",
         "etcd" => "the waiters learn of the release from the store's watch on `live` keys (an event after the release's transaction is committed through Raft); the winner's acquisition is then one transaction (two when its store has not seen the lease free: the failure branch tells it what to compare), with a keep-alive of its session lease beside it.",
         "s3" => "S3 has no notifications: waiters poll, and the register adapter's acquisition is a read and a conditional write.",
+        "dynamodb" => "DynamoDB has no notifications (Streams would need a reader per process): waiters poll, and the register adapter's acquisition reads the item and the fencing floor, raises the floor, then writes the item.",
         _ => "",
     }
 }
@@ -47,6 +49,7 @@ fn peer_note(store: &str) -> &'static str {
         "redis" => "Redlock's lock is one `SET NX PX` and its unlock one compare-and-delete of the same key; ours' scripts also keep the fencing counter, the state hash (holder, previous holder and how its lease ended) and the checkpoint key, so each does more work inside Redis.",
         "etcd" => "etcd's `Lock` is one RPC (one Raft write for the lock key) and `Unlock` one delete; ours' acquisition is one transaction writing two keys (and a keep-alive of the session lease beside it), its release one transaction writing two.",
         "s3" => "the hand-rolled lock is one `PUT If-None-Match: *` and one `DELETE`; ours reads the object before each conditional write (four requests per cycle against two). The hand-rolled lock has no TTL: a crashed holder keeps it forever.",
+        "dynamodb" => "the Lock Client's pattern is a `GetItem` and a `PutItem` to lock and one `DeleteItem` to unlock (three requests); ours' acquisition also reads and raises the fencing floor (four requests), and its release reads the item before writing a tombstone (two), six in all. Its heartbeat is one `UpdateItem`, ours' renewal a read and a write. The peer's record version number is random, so it cannot fence, and a contender must wait a full lease duration even for a lock abandoned long ago.",
         _ => "",
     }
 }

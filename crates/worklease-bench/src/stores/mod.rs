@@ -11,7 +11,10 @@
 //! putting the new value on the store's client, its peer the server's
 //! `Lock`/`Unlock` RPC; S3's baseline is one conditional `PUT`
 //! (`If-Match: <ETag>`) through the store's `object_store` client, its
-//! peer a hand-rolled `PUT If-None-Match: *` / `DELETE` lock.
+//! peer a hand-rolled `PUT If-None-Match: *` / `DELETE` lock. DynamoDB
+//! on dynalite (`dynamodb://`, bench feature `dynamodb`): its baseline is
+//! one conditional `PutItem` on the store's `aws-sdk-dynamodb` client, its
+//! peer the AWS DynamoDB Lock Client's pattern, hand-rolled.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -19,11 +22,13 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
-use worklease::store::{Checkpoint, Grant, LeaseInfo, LeaseRef};
+use worklease::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef};
 use worklease::{HolderId, LeaseStore, WorkId};
 
 use crate::Result;
 
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod memory;
@@ -57,14 +62,21 @@ pub struct Settings {
     /// The S3 bucket and prefix, with its endpoint (`s3://` URL).
     #[cfg(feature = "object-store")]
     pub s3_url: String,
+    /// The DynamoDB table, with its endpoint and region (`dynamodb://` URL).
+    #[cfg(feature = "dynamodb")]
+    pub dynamodb_url: String,
     /// The TTL of the peers' locks (as ours).
-    #[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "etcd", feature = "dynamodb")),
+        allow(dead_code)
+    )]
     pub ttl: Duration,
 }
 
 /// One store of the benchmark.
 pub struct Entry {
-    /// `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `etcd`, `s3`.
+    /// `memory`, `sqlite`, `postgres`, `mysql`, `redis`, `etcd`, `s3`,
+    /// `dynamodb`.
     pub name: &'static str,
     /// The URL scheme ours opens from.
     pub scheme: &'static str,
@@ -120,6 +132,14 @@ pub fn table() -> Vec<Entry> {
         name: "s3",
         scheme: "s3",
         connect: Err("built without the bench feature `object-store`"),
+    });
+    #[cfg(feature = "dynamodb")]
+    stores.push(dynamodb::ENTRY);
+    #[cfg(not(feature = "dynamodb"))]
+    stores.push(Entry {
+        name: "dynamodb",
+        scheme: "dynamodb",
+        connect: Err("built without the bench feature `dynamodb`"),
     });
     stores
 }
@@ -269,7 +289,21 @@ impl LeaseStore for PollOnly {
         self.0.revoke(work_id).await
     }
 
-    // `watch` keeps its default: no notifications.
+    fn expiry_clock(&self) -> ExpiryClock {
+        self.0.expiry_clock()
+    }
+
+    fn max_batch(&self) -> usize {
+        self.0.max_batch()
+    }
+
+    fn max_checkpoint_bytes(&self) -> usize {
+        self.0.max_checkpoint_bytes()
+    }
+
+    // `watch` keeps its default: no notifications. The batch calls keep
+    // theirs (one call per lease): the figures of hand-off are single
+    // calls.
 }
 
 /// An error for a compare-and-set that found another version.

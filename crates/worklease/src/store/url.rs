@@ -8,6 +8,7 @@
 //! | `mysql://user[:password]@host:port/db?table=NAME` or `mariadb://…` | the MySQL / MariaDB store (`store::mysql::MysqlStore`, feature `mysql`): mysql_async's connection settings plus `table` (default `worklease_leases`) and `ssl-mode=DISABLED\|REQUIRED\|VERIFY_CA\|VERIFY_IDENTITY` with `ssl-ca=PATH` (feature `mysql-tls`); connects on first use; no notifications (waiters poll) |
 //! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
 //! | `s3://BUCKET[/PREFIX]?endpoint=URL&region=R` | the object-storage store (`store::object::S3Config`, feature `object-store`) on S3 or an S3-compatible server: one object per work ID under PREFIX (default `worklease`); credentials from the `AWS_*` environment variables, never from the URL |
+//! | `azblob://CONTAINER[/PREFIX]?endpoint=URL&account=NAME` | the object-storage store on Azure Blob Storage (`store::object::AzureConfig`, feature `azure`): one blob per work ID under PREFIX (default `worklease`); `endpoint` for an emulator (Azurite: `http://HOST:PORT/ACCOUNT`); the account from the URL or `AZURE_STORAGE_ACCOUNT_NAME`; credentials from the standard `AZURE_*` variables, never from the URL |
 //! | `dynamodb://TABLE?region=R&endpoint=URL&prefix=P&create=true` | the DynamoDB store (`store::dynamodb::DynamoConfig`, feature `dynamodb`): one item per work ID in TABLE under key prefix `P` (default `worklease`); `endpoint` only for a local or compatible server; `create=true` makes a missing table (development); credentials from the standard AWS sources, never from the URL; connects on first use |
 //! | `etcd://[user:password@]host:port,host:port,…?prefix=P` | the etcd store (`store::etcd::EtcdStore`, feature `etcd`): one or more members (port 2379 by default), key prefix `P` (default `worklease/`); connects on first use. `etcds://…?cacert=PATH[&cert=PATH&key=PATH]` is the same over TLS (feature `etcd-tls`; the system's roots without `cacert`) |
 //!
@@ -51,7 +52,8 @@ pub use crate::store::url_parts::redact;
 /// What the store URLs look like, for error messages (a scheme whose
 /// feature this build lacks is refused with a reason naming the feature).
 const ACCEPTED: &str = "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db), \
-     memory:, postgres://..., mysql://..., redis://..., etcd://..., s3://BUCKET/PREFIX or dynamodb://TABLE";
+     memory:, postgres://..., mysql://..., redis://..., etcd://..., s3://BUCKET/PREFIX, \
+     azblob://CONTAINER/PREFIX or dynamodb://TABLE";
 
 /// A parsed store URL: which store to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +82,10 @@ pub enum StoreSpec {
     /// The DynamoDB store with these settings (feature `dynamodb`).
     #[cfg(feature = "dynamodb")]
     DynamoDb(crate::store::dynamodb::DynamoConfig),
+    /// The object-storage store on Azure Blob Storage with these settings
+    /// (feature `azure`).
+    #[cfg(feature = "azure")]
+    Azure(crate::store::object::AzureConfig),
 }
 
 impl StoreSpec {
@@ -110,6 +116,8 @@ impl StoreSpec {
             }
             #[cfg(feature = "dynamodb")]
             StoreSpec::DynamoDb(config) => Ok(Arc::new(config.open())),
+            #[cfg(feature = "azure")]
+            StoreSpec::Azure(config) => Ok(Arc::new(config.open()?)),
         }
     }
 
@@ -137,6 +145,8 @@ impl StoreSpec {
             StoreSpec::Etcd(config) => config.to_url(),
             #[cfg(feature = "dynamodb")]
             StoreSpec::DynamoDb(config) => config.to_url(),
+            #[cfg(feature = "azure")]
+            StoreSpec::Azure(config) => config.to_url(),
         }
     }
 
@@ -315,6 +325,21 @@ fn dynamodb_spec(url: &str) -> Result<StoreSpec> {
     ))
 }
 
+#[cfg(feature = "azure")]
+fn azure_spec(url: &str) -> Result<StoreSpec> {
+    Ok(StoreSpec::Azure(
+        crate::store::object::AzureConfig::from_url(url)?,
+    ))
+}
+
+#[cfg(not(feature = "azure"))]
+fn azure_spec(url: &str) -> Result<StoreSpec> {
+    Err(url_error(
+        url,
+        "this build of worklease has no Azure Blob store (cargo feature `azure`)",
+    ))
+}
+
 /// Parses a store URL without opening anything.
 ///
 /// # Errors
@@ -378,6 +403,7 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
         "s3" => s3_spec(url),
         "etcd" | "etcds" => etcd_spec(url),
         "dynamodb" => dynamodb_spec(url),
+        "azblob" => azure_spec(url),
         other => Err(url_error(
             url,
             format!("unknown store scheme {other:?}: {ACCEPTED}"),

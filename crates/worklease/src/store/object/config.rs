@@ -329,7 +329,7 @@ impl S3Config {
 }
 
 /// The reason of an [`InvalidInput::Config`], for a URL error.
-fn invalid_reason(e: crate::Error) -> String {
+pub(super) fn invalid_reason(e: crate::Error) -> String {
     match e {
         crate::Error::Invalid(InvalidInput::Config(reason)) => reason,
         other => other.to_string(),

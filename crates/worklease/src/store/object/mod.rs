@@ -104,8 +104,50 @@
 //! as missing credentials. Each request may
 //! take [`DEFAULT_REQUEST_TIMEOUT`]; `object_store` retries a failed one at
 //! most [`RETRIES`] times within [`RETRY_TIMEOUT`]. Google Cloud Storage
-//! and Azure are used through [`ObjectRegister::new`] with a store built by
-//! `object_store` (features `gcp`, `azure`).
+//! is used through [`ObjectRegister::new`] with a store built by
+//! `object_store` (feature `gcp`); Azure has a URL of its own (below).
+//!
+//! # Azure Blob Storage
+//!
+//! `azblob://CONTAINER[/PREFIX][?endpoint=URL&account=NAME]` (feature
+//! `azure`; `AzureConfig`): one block blob per work ID in CONTAINER, laid
+//! out as above. `account` is the storage account (else
+//! `AZURE_STORAGE_ACCOUNT_NAME`); `endpoint` the account's blob endpoint
+//! when it is not `https://ACCOUNT.blob.core.windows.net`, for an
+//! emulator: Azurite's is `http://HOST:PORT/ACCOUNT` (the account in the
+//! path; `http://` allows plain HTTP). Credentials come from the standard
+//! Azure variables read by `object_store`'s `MicrosoftAzureBuilder::from_env`
+//! (`AZURE_STORAGE_ACCOUNT_KEY`, `AZURE_STORAGE_SAS_KEY`,
+//! `AZURE_STORAGE_TOKEN`, a service principal or workload identity through
+//! `AZURE_CLIENT_ID` / `AZURE_CLIENT_SECRET` / `AZURE_TENANT_ID` /
+//! `AZURE_FEDERATED_TOKEN_FILE`, else a managed identity), never from the
+//! URL: a URL or endpoint with user info is refused, errors name variables,
+//! never values, and with an `endpoint` and no key or token in the
+//! environment opening fails at once, naming the variables. The container
+//! must exist (`object_store` cannot make one): a missing container fails
+//! every operation with a store error.
+//!
+//! What Azure's conditional writes give: `Put Blob` with
+//! `If-None-Match: *` creates the blob only where there is none, and with
+//! `If-Match: <ETag>` replaces it only while its ETag is the one read; a
+//! failed condition is 412 (or 409 for a create that met a concurrent one),
+//! nothing written. Every write gives the blob a new ETag, and reads after
+//! a write see it (Azure Blob Storage is strongly consistent on the
+//! account's primary endpoint). That is the whole compare-and-swap register
+//! the adapter needs, so the store keeps the same contract as on S3, and is
+//! checked by the whole conformance suite on Azurite (`tests/azure_blob.rs`,
+//! started by `.ci/services/azurite.sh`).
+//!
+//! What it does not guarantee, beyond "Not supported" below: reads from a
+//! geo-replicated account's secondary endpoint (`-secondary`, RA-GRS) are
+//! eventually consistent and must never be the `endpoint`; blob leases
+//! (Azure's own lock on a blob) are not used, and a blob leased by another
+//! tool refuses every write of the store (a store error, not `Held`);
+//! [`purge_released`] is refused (no conditional delete in `object_store`
+//! for Azure, and an unconditional one could delete a lease acquired
+//! meanwhile); and Azurite is an emulator: it persists to its data
+//! directory, but its conformance is only as good as its emulation of the
+//! conditional headers, which the suite checks.
 //!
 //! # Not supported, by the nature of an object store
 //!
@@ -138,6 +180,8 @@ use object_store::PutMode;
 use crate::store::register::RegisterError;
 use crate::store::register::RegisterStore;
 
+#[cfg(feature = "azure")]
+mod azure;
 mod config;
 mod credentials;
 mod diagnose;
@@ -145,6 +189,8 @@ mod keys;
 mod purge;
 mod register;
 
+#[cfg(feature = "azure")]
+pub use azure::AzureConfig;
 pub use config::S3Config;
 pub use purge::purge_released;
 pub use register::ObjectRegister;
