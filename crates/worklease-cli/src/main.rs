@@ -124,7 +124,9 @@ redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklea
 s3://BUCKET/PREFIX?endpoint=URL&region=REGION or
 dynamodb://TABLE?region=REGION&prefix=P[&create=true] (endpoint and region
 optional; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or
-another AWS_* source; expiry judged by observation, see `status --help`).
+another AWS_* source), or azblob://CONTAINER/PREFIX?account=NAME (credentials
+from the AZURE_* variables); these judge expiry by observation, see
+`status --help`.
 Passwords are never printed. On one host: sqlite:PATH; the default is the SQLite file
 $WORKLEASE_HOME/leases.db, else $XDG_DATA_HOME/worklease/leases.db, else
 $HOME/.local/share/worklease/leases.db, else /var/lib/worklease/leases.db.
@@ -487,7 +489,7 @@ impl MetricsArg {
 /// The store option shared by every subcommand.
 #[derive(Args, Debug, Clone)]
 pub struct StoreArg {
-    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., dynamodb://..., sqlite:PATH or memory:
+    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., dynamodb://..., azblob://..., sqlite:PATH or memory:
     /// [default: the SQLite file leases.db under $WORKLEASE_HOME, $XDG_DATA_HOME/worklease,
     /// $HOME/.local/share/worklease or /var/lib/worklease]
     #[arg(
