@@ -123,8 +123,9 @@ impl Elector {
     /// The first write of a term's record, as a renewal retries: a store
     /// failure is tried again after the renewal's back-off (doubling to
     /// its maximum) until one back-off past the acquisition's deadline; a
-    /// lost lease ends it at once (the renewal reports it). Fires `failure`
-    /// when the write cannot be made.
+    /// lost lease ends it (the renewal reports and counts the loss; a
+    /// `Fenced` or `Expired` answer to the write waits for the renewal's
+    /// verdict until then). Fires `failure` when the write cannot be made.
     async fn write_record(
         self,
         token: Token,
@@ -154,7 +155,15 @@ impl Elector {
                     .set(record.transitions as f64);
                     return;
                 }
-                Err(e) if e.is_lease_lost() => break e,
+                // The lease is gone: the renewal reports it (and counts it)
+                // at its next step; end the term here only if it does not.
+                Err(e) if e.is_lease_lost() => match give_up_at {
+                    Some(at) => tokio::select! {
+                        () = lease_lost.cancelled() => return,
+                        () = tokio::time::sleep_until(at) => break e,
+                    },
+                    None => break e,
+                },
                 Err(e) => e,
             };
             if give_up_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
