@@ -32,6 +32,7 @@ use crate::store::LeaseStore;
 use crate::{AcquireOptions, Config, Leases, WorkId};
 
 mod batch;
+mod cancel;
 mod election;
 mod fair;
 mod leases;
@@ -40,6 +41,7 @@ mod semaphore;
 mod stress;
 
 pub use batch::*;
+pub use cancel::*;
 pub use election::*;
 pub use fair::*;
 pub use leases::*;
@@ -231,6 +233,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, handoff_flag);
             $crate::conformance_tests!(@one $paused, $make, liveness);
             $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
+            $crate::conformance_tests!(@one $paused, $make, dropped_acquisitions_leave_no_lease);
             $crate::conformance_tests!(@one $paused, $make, ttl_precision);
             $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);
