@@ -95,10 +95,7 @@ impl Leases {
                         tracing::debug!(error = %e, "could not hand back a grant that arrived too late");
                     }
                     if !options.wait {
-                        let e = Error::Expired {
-                            work_id: work_ids[i].to_string(),
-                            fencing_token: grant.fencing_token,
-                        };
+                        let e = Error::expired(lease);
                         return Err(self.acquire_failed(&work_ids[i], attempts, duration, e));
                     }
                     Some(Duration::ZERO)
