@@ -138,9 +138,15 @@ impl RedisStore {
     }
 
     async fn manager(&self, response_timeout: Duration) -> Result<ConnectionManager> {
+        // One reconnection attempt per failed command, not the client's
+        // six with exponential back-off (about 6 s before a command fails
+        // on a stopped server): the store's callers retry on their own
+        // schedule (a renewal within its lease window, an observer every
+        // poll interval) and must hear of an outage while it matters.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.config.connection_timeout))
-            .set_response_timeout(Some(response_timeout));
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(1);
         ConnectionManager::new_with_config(self.client.clone(), config)
             .await
             .map_err(|e| {
