@@ -185,6 +185,17 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
             args.election.as_str()
         );
         write_stdout(text.as_bytes())?;
+        if asked.since.is_none() {
+            // No record of this term: a plain lease (or a term a moment
+            // old). Nothing of worklease's honours a request there.
+            eprintln!(
+                "worklease: note: {:?} has no election record for term {}: if it is a plain lease \
+                 (not held by `worklease elect` or an Elector), nothing honours the request; \
+                 `worklease release --force` takes a lease away",
+                args.election.as_str(),
+                asked.generation
+            );
+        }
         return Ok(0);
     }
     let mut changes = election::observe(store, args.election.as_str(), args.poll)?;

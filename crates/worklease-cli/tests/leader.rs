@@ -34,6 +34,32 @@ fn an_election_nobody_leads_exits_69_naming_it() {
     assert!(v["holder_id"].is_null(), "{v}");
 }
 
+/// `leader --step-down` on a plain lease (no election record) makes the
+/// request but says that nothing honours it there, naming `release --force`.
+#[test]
+fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it() {
+    let w = World::new();
+    let _held = spawn(
+        &w,
+        &[
+            "run",
+            "plain",
+            "--",
+            "sh",
+            "-c",
+            "touch \"$D/held\"; sleep 60",
+        ],
+    );
+    wait_for_file(&w, "held");
+    let out = output(&w, &["leader", "--step-down", "plain"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no election record") && err.contains("release --force"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_published_value_over_the_limit_is_a_usage_error_before_the_store_is_touched() {
     let w = World::new();
