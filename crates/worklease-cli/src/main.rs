@@ -691,7 +691,13 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<usize>,
 
-    /// The work IDs to show [default: all].
+    /// With no WORK_ID: also the leases worklease keeps for itself beside
+    /// yours (fair lines' `.../fair-queue` and `.../fair-waiter/N`, an
+    /// election's `.../step-down` requests), hidden by default.
+    #[arg(long)]
+    all: bool,
+
+    /// The work IDs to show [default: all but worklease's own].
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_ids: Vec<WorkId>,
 }

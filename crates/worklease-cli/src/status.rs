@@ -105,7 +105,7 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     if args.watch {
         return watch(&args, &store_url, store.as_ref()).await;
     }
-    let leases = leases(store.as_ref(), &args.work_ids).await?;
+    let leases = leases(store.as_ref(), &args.work_ids, args.all).await?;
     let out = render(&leases, store.as_ref(), &store_url, args.json)?;
     write_stdout(&out)?;
 
@@ -141,7 +141,7 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     }
     args.work_ids = worklease::semaphore::permit_ids(name.as_str(), n)?;
     let (store_url, store) = args.store.open_existing()?;
-    let leases = leases(store.as_ref(), &args.work_ids).await?;
+    let leases = leases(store.as_ref(), &args.work_ids, args.all).await?;
     let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
     if !args.json {
         let held = leases.iter().filter(|l| !l.expired).count();
@@ -164,9 +164,18 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// The leases named (all when none is), sorted by work ID.
-async fn leases(store: &dyn LeaseStore, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>, Failure> {
+/// The leases of `work_ids`, or of every work ID but worklease's own
+/// ([`worklease::is_internal_work_id`]) when none is named, unless `all`;
+/// sorted by work ID.
+async fn leases(
+    store: &dyn LeaseStore,
+    work_ids: &[WorkId],
+    all: bool,
+) -> Result<Vec<LeaseInfo>, Failure> {
     let mut leases = store.inspect(work_ids).await?;
+    if work_ids.is_empty() && !all {
+        leases.retain(|l| !worklease::is_internal_work_id(l.work_id.as_str()));
+    }
     leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
     Ok(leases)
 }
@@ -231,7 +240,7 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
                 format!("the store file {} is gone", path.display()),
             ));
         }
-        let leases = match leases(store, &args.work_ids).await {
+        let leases = match leases(store, &args.work_ids, args.all).await {
             Ok(leases) => leases,
             Err(failure) if failure.code == exit::UNAVAILABLE && !first => {
                 eprintln!("worklease: {} (retrying)", failure.message);
@@ -512,7 +521,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let leases = leases(&store, &[]).await.unwrap();
+        let leases = leases(&store, &[], true).await.unwrap();
 
         let text = String::from_utf8(render(&leases, &store, "memory:", false).unwrap()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -545,7 +554,7 @@ mod tests {
         // A store with a clock never says held? nor adds the note.
         let memory = worklease::store::memory::MemoryStore::new();
         memory.acquire(&held, &holder, ttl).await.unwrap();
-        let leases = super::leases(&memory, &[]).await.unwrap();
+        let leases = super::leases(&memory, &[], true).await.unwrap();
         let text = String::from_utf8(render(&leases, &memory, "memory:", false).unwrap()).unwrap();
         assert!(!text.contains("held?"), "{text}");
     }

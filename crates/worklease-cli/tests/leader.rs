@@ -35,9 +35,10 @@ fn an_election_nobody_leads_exits_69_naming_it() {
 }
 
 /// `leader --step-down` on a plain lease (no election record) makes the
-/// request but says that nothing honours it there, naming `release --force`.
+/// request but says that nothing honours it there, naming `release --force`;
+/// `status` lists the request's lease only with `--all`.
 #[test]
-fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it() {
+fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it_and_status_hides_its_lease() {
     let w = World::new();
     let _held = spawn(
         &w,
@@ -58,6 +59,15 @@ fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it() {
         err.contains("no election record") && err.contains("release --force"),
         "{err}"
     );
+    // The request's own lease is worklease's: `status` hides it unless
+    // asked with --all.
+    let listed = |args: &[&str]| String::from_utf8_lossy(&output(&w, args).stdout).into_owned();
+    let plain = listed(&["status"]);
+    assert!(
+        plain.contains("plain") && !plain.contains("plain/step-down"),
+        "{plain}"
+    );
+    assert!(listed(&["status", "--all"]).contains("plain/step-down"));
 }
 
 #[test]

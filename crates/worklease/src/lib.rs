@@ -67,6 +67,7 @@ pub mod error;
 pub mod fair;
 mod finish;
 mod granting;
+mod internal;
 
 pub mod leader;
 mod lease;
@@ -91,6 +92,7 @@ pub mod typed;
 pub struct ReadmeDoctests;
 
 pub use error::{Error, InvalidInput, Result, StoreError};
+pub use internal::is_internal_work_id;
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};

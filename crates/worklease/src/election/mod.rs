@@ -72,7 +72,7 @@ pub use campaign::Campaign;
 pub use leadership::Leadership;
 pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
 use record::{check_value, Record};
-pub use step_down::{check_name, request_step_down, REQUEST_TTL};
+pub use step_down::{check_name, request_step_down, REQUEST_TTL, STEP_DOWN_SUFFIX};
 use term::Term;
 
 /// A source of wall-clock time (hoplock: `Elector.Now`). The elector uses

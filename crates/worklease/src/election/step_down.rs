@@ -27,7 +27,7 @@ use crate::limits::{WorkId, MAX_WORK_ID_BYTES};
 use crate::store::LeaseStore;
 
 /// What follows the election's name in the work ID of its requests.
-const SUFFIX: &str = "/step-down";
+pub const STEP_DOWN_SUFFIX: &str = "/step-down";
 
 /// The TTL of a request's lease: how long a requester that died between
 /// its acquisition and its release delays the next request.
@@ -61,22 +61,22 @@ pub fn check_name(name: &str) -> Result<WorkId> {
 /// (an election name is at most [`MAX_WORK_ID_BYTES`] − 10 bytes), or
 /// ends with it (`NAME/step-down` is reserved for `NAME`'s requests).
 pub(crate) fn requests_id(election: &WorkId) -> Result<WorkId> {
-    if election.as_str().ends_with(SUFFIX) {
+    if election.as_str().ends_with(STEP_DOWN_SUFFIX) {
         return Err(InvalidInput::Config(format!(
-            "election name {:?} ends with {SUFFIX:?}, which is reserved for the step-down \
+            "election name {:?} ends with {STEP_DOWN_SUFFIX:?}, which is reserved for the step-down \
              requests of the election {:?}",
             election.as_str(),
-            &election.as_str()[..election.as_str().len() - SUFFIX.len()]
+            &election.as_str()[..election.as_str().len() - STEP_DOWN_SUFFIX.len()]
         ))
         .into());
     }
-    let id = format!("{election}{SUFFIX}");
+    let id = format!("{election}{STEP_DOWN_SUFFIX}");
     if id.len() > MAX_WORK_ID_BYTES {
         return Err(InvalidInput::Config(format!(
             "election name is {} bytes: the limit is {} bytes (its step-down requests use the \
-             work ID NAME{SUFFIX}, at most {MAX_WORK_ID_BYTES} bytes)",
+             work ID NAME{STEP_DOWN_SUFFIX}, at most {MAX_WORK_ID_BYTES} bytes)",
             election.as_str().len(),
-            MAX_WORK_ID_BYTES - SUFFIX.len()
+            MAX_WORK_ID_BYTES - STEP_DOWN_SUFFIX.len()
         ))
         .into());
     }
