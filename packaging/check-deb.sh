@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs the Debian package DEB (packaging/build-deb.sh prints its path)
+# with dpkg and checks what it installed: the command's version, every man
+# page (groff with all warnings), the completion scripts (bash loads its
+# own), and the systemd units (systemd-analyze verify, where systemd is
+# installed). Purges the package at the end. Root only (CI runs as root);
+# installs groff-base when it is missing.
+set -euo pipefail
+deb=${1:?usage: $0 DEB}
+[ "$(id -u)" = 0 ] || { echo "check-deb.sh needs root (dpkg -i)" >&2; exit 77; }
+fail() { echo "check-deb: $*" >&2; exit 1; }
+
+missing=()
+command -v groff >/dev/null 2>&1 || missing+=(groff-base)
+command -v adduser >/dev/null 2>&1 || missing+=(adduser)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+dpkg -i "$deb" >/dev/null
+trap 'dpkg --purge worklease >/dev/null 2>&1 || true' EXIT
+
+# The command, at the package's version.
+version=$(dpkg-deb --field "$deb" Version)
+/usr/bin/worklease --version | grep -qx "worklease ${version%-*}" ||
+    fail "worklease --version says '$(/usr/bin/worklease --version)', the package $version"
+
+# Every man page renders without a warning; one per visible subcommand.
+pages=(/usr/share/man/man1/worklease*.1.gz)
+[ -e "${pages[0]}" ] || fail "no man page in /usr/share/man/man1"
+for page in "${pages[@]}"; do
+    warnings=$(zcat "$page" | groff -man -z -ww 2>&1) || fail "groff failed on $page: $warnings"
+    [ -z "$warnings" ] || fail "groff warns on $page: $warnings"
+done
+for sub in $(/usr/bin/worklease --help | sed -n '/^Commands:/,/^$/s/^  \([a-z][a-z-]*\) .*/\1/p'); do
+    [ "$sub" = help ] || [ -e "/usr/share/man/man1/worklease-$sub.1.gz" ] || fail "no man page for $sub"
+done
+
+# The completions, where each shell looks; bash's loads.
+for f in /usr/share/bash-completion/completions/worklease \
+    /usr/share/zsh/vendor-completions/_worklease \
+    /usr/share/fish/vendor_completions.d/worklease.fish; do
+    [ -s "$f" ] || fail "missing $f"
+done
+bash -c 'source /usr/share/bash-completion/completions/worklease && complete -p worklease' >/dev/null ||
+    fail "bash cannot load the completion script"
+
+# The system user and the default store's directory.
+getent passwd worklease >/dev/null || fail "no system user worklease"
+[ "$(stat -c %U /var/lib/worklease)" = worklease ] || fail "/var/lib/worklease is not worklease's"
+
+# The units: systemd-analyze verify loads each as an instance (with an
+# environment file, as an operator writes one) and checks its ExecStart.
+units=(/usr/lib/systemd/system/worklease-elect@.service /usr/lib/systemd/system/worklease-pool@.service)
+for unit in "${units[@]}"; do [ -s "$unit" ] || fail "missing $unit"; done
+if command -v systemd-analyze >/dev/null 2>&1; then
+    install -d /etc/worklease
+    cp /usr/share/doc/worklease/examples/elect.env /etc/worklease/elect-ci-check.env
+    cp /usr/share/doc/worklease/examples/pool.env /etc/worklease/pool-ci-check.env
+    trap 'rm -f /etc/worklease/*-ci-check.env; dpkg --purge worklease >/dev/null 2>&1 || true' EXIT
+    out=$(SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --man=no \
+        worklease-elect@ci-check.service worklease-pool@ci-check.service 2>&1) ||
+        fail "systemd-analyze verify: $out"
+    # Warnings about the unit files themselves fail; ones about units
+    # outside the package (this machine's own) do not.
+    if echo "$out" | grep -q "worklease-"; then fail "systemd-analyze verify: $out"; fi
+else
+    echo "check-deb: systemd-analyze is not installed: the units' syntax was not verified" >&2
+fi
+echo "check-deb: $(basename "$deb"): installs, and its command, man pages, completions and units check"
