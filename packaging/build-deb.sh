@@ -8,15 +8,17 @@
 #   packaging/build-deb.sh               release build, then the package
 #   packaging/build-deb.sh --ci          the debug binary `cargo test` built
 #                                        (no second, release build: CI only
-#                                        checks the package's contents)
+#                                        checks the package's contents),
+#                                        compressed fast
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=release
 build=(cargo build --locked --release -p worklease-cli)
+fast=()
 case "${1:-}" in
     "") ;;
-    --ci) profile=dev; build=() ;;
+    --ci) profile=dev; build=(); fast=(--fast) ;;
     *) echo "usage: $0 [--ci]" >&2; exit 64 ;;
 esac
 profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
@@ -60,7 +62,7 @@ gzip -9n "$out"/man/*.1
 # are shown only when it fails.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! deb=$(cargo deb --locked -p worklease-cli --no-build --profile "$profile" 2>"$log"); then
+if ! deb=$(cargo deb --locked -p worklease-cli --no-build --profile "$profile" "${fast[@]}" 2>"$log"); then
     cat "$log" >&2
     exit 1
 fi
