@@ -4,10 +4,16 @@
 # page (groff with all warnings), the completion scripts (bash loads its
 # own), and the systemd units (systemd-analyze verify, where systemd is
 # installed). Purges the package at the end. Root only (CI runs as root);
-# installs groff-base when it is missing.
+# installs groff-base when it is missing. As another user, outside CI, it
+# says so and checks nothing.
 set -euo pipefail
 deb=${1:?usage: $0 DEB}
-[ "$(id -u)" = 0 ] || { echo "check-deb.sh needs root (dpkg -i)" >&2; exit 77; }
+if [ "$(id -u)" != 0 ]; then
+    # CI runs as root; a developer's run of .ci/run as a user skips this.
+    [ "${CI:-}" != true ] || { echo "check-deb: CI must run as root (dpkg -i)" >&2; exit 77; }
+    echo "check-deb: not root: $deb was built, not installed nor checked" >&2
+    exit 0
+fi
 fail() { echo "check-deb: $*" >&2; exit 1; }
 
 missing=()
