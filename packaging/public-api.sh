@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The worklease library's public API as a list of its public items (ADR
-# 0019): one line per item, "KIND PATH", read from the `all.html` page of
+# 0020): one line per item, "KIND PATH", read from the `all.html` page of
 # the crate's docs built with every feature. CI compares it with the list
 # checked in as docs/public-api.txt, so that every item added or removed
 # shows in review; methods, fields and signatures are not in it
