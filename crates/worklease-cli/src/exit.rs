@@ -123,6 +123,7 @@ mod tests {
         assert_eq!(code_of(&held), HELD);
         let fenced = Error::Fenced {
             work_id: "w".into(),
+            holder_id: "h".into(),
             fencing_token: 1,
         };
         assert_eq!(code_of(&fenced), LOST);

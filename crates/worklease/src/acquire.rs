@@ -8,6 +8,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::granting::granting;
 use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
 use crate::metrics as m;
@@ -77,7 +78,7 @@ impl Leases {
             };
             attempts += 1;
             let sent = Instant::now();
-            let result = self.try_first(work_ids).await;
+            let result = self.try_first_detached(work_ids).await;
             let duration = sent.elapsed();
             m::store_call(self.inner.store.kind(), "acquire", duration);
             let expires_in = match result {
@@ -94,10 +95,7 @@ impl Leases {
                         tracing::debug!(error = %e, "could not hand back a grant that arrived too late");
                     }
                     if !options.wait {
-                        let e = Error::Expired {
-                            work_id: work_ids[i].to_string(),
-                            fencing_token: grant.fencing_token,
-                        };
+                        let e = Error::expired(lease);
                         return Err(self.acquire_failed(&work_ids[i], attempts, duration, e));
                     }
                     Some(Duration::ZERO)
@@ -146,6 +144,26 @@ impl Leases {
                 }
             }
         }
+    }
+
+    /// [`Leases::try_first`] on a task of its own, so that a grant whose
+    /// acquisition was dropped while the call was in flight is released at
+    /// once (`granting`).
+    async fn try_first_detached(
+        &self,
+        work_ids: &[WorkId],
+    ) -> Result<std::result::Result<(usize, Grant), AllHeld>> {
+        let (this, ids) = (self.clone(), work_ids.to_vec());
+        let call = async move {
+            let outcome = this.try_first(&ids).await?;
+            Ok(outcome.map(|(i, grant)| (i, ids[i].clone(), grant)))
+        };
+        let outcome = granting(self, call, |outcome| match outcome {
+            Ok((_, work_id, grant)) => vec![(work_id.clone(), grant.fencing_token)],
+            Err(_) => Vec::new(),
+        })
+        .await?;
+        Ok(outcome.map(|(i, _, grant)| (i, grant)))
     }
 
     /// One attempt at the first free one of `work_ids`: one store call for

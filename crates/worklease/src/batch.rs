@@ -12,13 +12,14 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use crate::error::{Error, Result, StoreError};
+use crate::granting::{granting, Granted};
 use crate::lease::{lease_ref, AcquireOptions, Leases};
 use crate::limits::{check_batch, WorkId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{AcquireEvent, Operation, ReleaseEvent, RenewEvent};
-use crate::store::LeaseRef;
 #[cfg(doc)]
 use crate::store::LeaseStore;
+use crate::store::{Grant, LeaseRef};
 use crate::token::Token;
 
 impl Leases {
@@ -75,11 +76,22 @@ impl Leases {
                 break;
             }
             let sent = Instant::now();
-            let outcomes = match store
-                .acquire_many(chunk, holder, ttl, max - tokens.len())
-                .await
-            {
-                Ok(o) => o,
+            let call = {
+                let (store, holder, ids) = (store.clone(), holder.clone(), chunk.to_vec());
+                let count = max - tokens.len();
+                async move {
+                    let outcomes = store.acquire_many(&ids, &holder, ttl, count).await?;
+                    Ok((ids, outcomes))
+                }
+            };
+            let granted = |(ids, outcomes): &(Vec<WorkId>, Vec<Result<Grant>>)| -> Vec<Granted> {
+                ids.iter()
+                    .zip(outcomes)
+                    .filter_map(|(id, o)| Some((id.clone(), o.as_ref().ok()?.fencing_token)))
+                    .collect()
+            };
+            let outcomes = match granting(self, call, granted).await {
+                Ok((_, o)) => o,
                 Err(e) => {
                     m::count(
                         m::ACQUISITIONS_TOTAL,

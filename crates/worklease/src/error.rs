@@ -185,20 +185,25 @@ pub enum Error {
     },
     /// The token's lease expired and nobody has taken it since
     /// (Go: `ErrLeaseExpired`). Nothing was changed.
-    #[error("lease on {work_id:?} with fencing token {fencing_token} has expired or was released")]
+    #[error("the lease of {holder_id:?} on {work_id:?} with fencing token {fencing_token} has expired or was released")]
     Expired {
         /// The work ID.
         work_id: String,
+        /// The holder whose token it is (the caller's holder ID).
+        holder_id: String,
         /// The stale token's fencing token.
         fencing_token: u64,
     },
     /// The token is no longer current: another acquisition followed it, an
     /// operator revoked it, or the work ID was never acquired with it (Go:
     /// `ErrFenced`). Nothing was changed; never retried.
-    #[error("lease on {work_id:?} with fencing token {fencing_token} is fenced: it was taken over or revoked")]
+    #[error("the lease of {holder_id:?} on {work_id:?} with fencing token {fencing_token} is fenced: it was taken over or revoked")]
     Fenced {
         /// The work ID.
         work_id: String,
+        /// The holder whose token it is (the caller's holder ID), so that
+        /// an operator can tell which holder was stale.
+        holder_id: String,
         /// The stale token's fencing token.
         fencing_token: u64,
     },
@@ -271,6 +276,27 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::Fenced`] for `lease`: another acquisition replaced it, it
+    /// was revoked, or it never existed. For stores (S3 of the contract).
+    pub fn fenced(lease: crate::store::LeaseRef<'_>) -> Self {
+        Error::Fenced {
+            work_id: lease.work_id.to_string(),
+            holder_id: lease.holder_id.to_string(),
+            fencing_token: lease.fencing_token,
+        }
+    }
+
+    /// [`Error::Expired`] for `lease`: it is the current acquisition but
+    /// expired or was released, and nobody has taken it since. For stores
+    /// (S3 of the contract).
+    pub fn expired(lease: crate::store::LeaseRef<'_>) -> Self {
+        Error::Expired {
+            work_id: lease.work_id.to_string(),
+            holder_id: lease.holder_id.to_string(),
+            fencing_token: lease.fencing_token,
+        }
+    }
+
     /// True for the errors that mean the token is no longer current and the
     /// work must stop: `Fenced`, `Expired` and `WindowExhausted`.
     pub fn is_lease_lost(&self) -> bool {

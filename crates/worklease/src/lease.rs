@@ -269,8 +269,7 @@ impl Leases {
     }
 
     /// [`Leases::acquire`] with the hand-off the store reported with the
-    /// grant; `None` for a fair acquisition (its grant passes through the
-    /// line).
+    /// grant (`None` where the store did not tell it).
     pub(crate) async fn acquire_handed(
         &self,
         work_id: &str,
@@ -294,12 +293,15 @@ impl Leases {
                 let id = work_id.clone();
                 let try_target: crate::fair::TryTarget<'_> = Box::new(move |o| {
                     let id = id.clone();
-                    Box::pin(async move { self.acquire_first(std::slice::from_ref(&id), o).await })
+                    Box::pin(async move {
+                        let ids = std::slice::from_ref(&id);
+                        let (token, handoff) = self.acquire_granted(ids, o).await?;
+                        Ok((token, Some(handoff)))
+                    })
                 });
                 return self
                     .acquire_fair(work_id.as_str(), options, try_target)
-                    .await
-                    .map(|token| (token, None));
+                    .await;
             }
             self.acquire_granted(std::slice::from_ref(&work_id), options)
                 .await

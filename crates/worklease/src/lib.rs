@@ -69,6 +69,8 @@ pub mod election;
 pub mod error;
 pub mod fair;
 mod finish;
+mod granting;
+
 pub mod leader;
 mod lease;
 pub mod limits;

@@ -131,11 +131,13 @@ impl Semaphore {
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Token> {
         let n = self.permits();
         let result = if options.is_fair() {
-            let try_target: crate::fair::TryTarget<'_> =
-                Box::new(move |o| Box::pin(self.acquire_unfair(o)));
+            let try_target: crate::fair::TryTarget<'_> = Box::new(move |o| {
+                Box::pin(async move { Ok((self.acquire_unfair(o).await?, None)) })
+            });
             self.leases
                 .acquire_fair(&self.line_target(), options, try_target)
                 .await
+                .map(|(token, _)| token)
         } else {
             self.acquire_unfair(options).await
         };

@@ -92,29 +92,20 @@ impl TableStore {
     /// acquisition; the contract's errors otherwise.
     fn with_current<T>(&self, lease: LeaseRef<'_>, f: impl FnOnce(&mut Row) -> T) -> Result<T> {
         let mut table = self.lock()?;
-        let fenced = || Error::Fenced {
-            work_id: lease.work_id.to_string(),
-            fencing_token: lease.fencing_token,
-        };
+        let fenced = || Error::fenced(lease);
         let row = table.rows.get_mut(lease.work_id).ok_or_else(fenced)?;
         if row.fencing_token != lease.fencing_token || row.holder_id != lease.holder_id.as_str() {
             return Err(fenced());
         }
         match row.ended {
             Some(LeaseEnd::Revoked) => Err(fenced()),
-            Some(_) => Err(expired(lease)),
-            None if row.expires <= Instant::now() => Err(expired(lease)),
+            Some(_) => Err(Error::expired(lease)),
+            None if row.expires <= Instant::now() => Err(Error::expired(lease)),
             None => Ok(f(row)),
         }
     }
 }
 
-fn expired(lease: LeaseRef<'_>) -> Error {
-    Error::Expired {
-        work_id: lease.work_id.to_string(),
-        fencing_token: lease.fencing_token,
-    }
-}
 
 /// `ttl` from now by the wall clock: informational only.
 fn wall(ttl: Duration) -> SystemTime {

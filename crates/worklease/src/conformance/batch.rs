@@ -452,6 +452,7 @@ pub async fn batch_acquisition_races_single(s: &Suite) {
                             t,
                             &Error::Expired {
                                 work_id: t.work_id().to_string(),
+                                holder_id: t.holder_id().to_string(),
                                 fencing_token: 0,
                             },
                         );

@@ -173,10 +173,10 @@ pub async fn stale_writers_lose(s: &Suite) {
         "S2: the contender's token is larger"
     );
     let tb = b.checkpoint(&tb, &b"b1"[..]).await.expect("checkpoint");
-    assert_fenced(a.renew(&ta).await, "renew");
-    assert_fenced(a.checkpoint(&ta, &b"a2"[..]).await, "checkpoint");
-    assert_fenced(a.read_checkpoint(&ta).await, "read_checkpoint");
-    assert_fenced(a.release(ta.clone()).await, "release");
+    assert_fenced(a.renew(&ta).await, "renew", &ta);
+    assert_fenced(a.checkpoint(&ta, &b"a2"[..]).await, "checkpoint", &ta);
+    assert_fenced(a.read_checkpoint(&ta).await, "read_checkpoint", &ta);
+    assert_fenced(a.release(ta.clone()).await, "release", &ta);
     let c = b
         .read_checkpoint(&tb)
         .await
@@ -201,9 +201,9 @@ pub async fn stale_writers_lose(s: &Suite) {
     let id2 = s.work_id("expired");
     let t = a.acquire(&id2, fast()).await.expect("acquire");
     s.outlive().await;
-    assert_expired(a.renew(&t).await, "renew");
-    assert_expired(a.checkpoint(&t, &b"late"[..]).await, "checkpoint");
-    assert_expired(a.release(t.clone()).await, "release");
+    assert_expired(a.renew(&t).await, "renew", &t);
+    assert_expired(a.checkpoint(&t, &b"late"[..]).await, "checkpoint", &t);
+    assert_expired(a.release(t.clone()).await, "release", &t);
     let t2 = b.acquire(&id2, fast()).await.expect("acquire after expiry");
     let c = b.read_checkpoint(&t2).await.expect("read");
     assert_eq!(
@@ -222,7 +222,11 @@ pub async fn stale_writers_lose(s: &Suite) {
     )
     .parse()
     .expect("valid text form");
-    assert_fenced(a.renew(&forged).await, "renew of a never-issued token");
+    assert_fenced(
+        a.renew(&forged).await,
+        "renew of a never-issued token",
+        &forged,
+    );
     b.release(t2).await.expect("release");
 }
 
@@ -313,7 +317,7 @@ pub async fn handoff_flag(s: &Suite) {
         c.handoff.previous.expect("previous").ended,
         LeaseEnd::Revoked
     );
-    assert_fenced(b.renew(&tb).await, "renew after revocation");
+    assert_fenced(b.renew(&tb).await, "renew after revocation", &tb);
     assert!(s
         .info(&id)
         .await

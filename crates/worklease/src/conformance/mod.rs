@@ -29,9 +29,10 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::store::LeaseStore;
-use crate::{AcquireOptions, Config, Leases, WorkId};
+use crate::{AcquireOptions, Config, Leases, Token, WorkId};
 
 mod batch;
+mod cancel;
 mod election;
 mod fair;
 mod leases;
@@ -40,6 +41,7 @@ mod semaphore;
 mod stress;
 
 pub use batch::*;
+pub use cancel::*;
 pub use election::*;
 pub use fair::*;
 pub use leases::*;
@@ -186,21 +188,45 @@ pub(crate) fn fast() -> AcquireOptions {
 }
 
 #[track_caller]
-pub(crate) fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+pub(crate) fn assert_fenced<T: std::fmt::Debug>(r: crate::Result<T>, what: &str, token: &Token) {
     match r {
-        Err(Error::Fenced { .. }) => {}
+        Err(Error::Fenced {
+            work_id,
+            holder_id,
+            fencing_token,
+        }) => assert_names(what, token, (&work_id, &holder_id, fencing_token)),
         other => panic!("S3: {what} with a taken-over token must fail with Fenced, got {other:?}"),
     }
 }
 
 #[track_caller]
-pub(crate) fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str) {
+pub(crate) fn assert_expired<T: std::fmt::Debug>(r: crate::Result<T>, what: &str, token: &Token) {
     match r {
-        Err(Error::Expired { .. }) => {}
+        Err(Error::Expired {
+            work_id,
+            holder_id,
+            fencing_token,
+        }) => assert_names(what, token, (&work_id, &holder_id, fencing_token)),
         other => panic!(
             "S3: {what} with an expired, untaken token must fail with Expired, got {other:?}"
         ),
     }
+}
+
+/// A `Fenced` or `Expired` error names the stale token's work ID, its
+/// holder (the caller, so an operator can tell which holder was stale)
+/// and its fencing token.
+#[track_caller]
+fn assert_names(what: &str, token: &Token, named: (&str, &str, u64)) {
+    let expected = (
+        token.work_id().as_str(),
+        token.holder_id().as_str(),
+        token.fencing_token(),
+    );
+    assert_eq!(
+        named, expected,
+        "the error of {what} must name the stale token's work ID, holder ID and fencing token"
+    );
 }
 
 /// Instantiates every conformance check as its own `#[tokio::test]` for a
@@ -231,6 +257,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, handoff_flag);
             $crate::conformance_tests!(@one $paused, $make, liveness);
             $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
+            $crate::conformance_tests!(@one $paused, $make, dropped_acquisitions_leave_no_lease);
             $crate::conformance_tests!(@one $paused, $make, ttl_precision);
             $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);

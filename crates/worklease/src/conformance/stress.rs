@@ -204,6 +204,7 @@ pub async fn concurrent_stress(s: &Suite, tasks: usize, rounds: usize) {
                         &t,
                         &Error::Expired {
                             work_id: id.clone(),
+                            holder_id: t.holder_id().to_string(),
                             fencing_token: 0,
                         },
                     );

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::record::Record;
 use super::{Elector, State};
 use crate::error::{Error, Result};
+use crate::granting::Unclaimed;
 use crate::renewal::Renewal;
 use crate::store::Handoff;
 use crate::token::Token;
@@ -72,6 +73,10 @@ impl Elector {
     /// release timeout) and no term starts.
     pub(super) async fn start_term(&self, token: Token, handoff: Option<Handoff>) -> Result<Term> {
         let leases = &self.inner.leases;
+        // Released at once if this future is dropped before the term's
+        // renewal holds the lease (a campaign stopped meanwhile).
+        let grant = (token.work_id().clone(), token.fencing_token());
+        let unclaimed = Unclaimed::new(leases.clone(), vec![grant]);
         let known = handoff
             .as_ref()
             .and_then(|h| h.previous.as_ref())
@@ -81,6 +86,7 @@ impl Elector {
             _ => match leases.read_checkpoint(&token).await {
                 Ok(read) => (read.data.as_deref().and_then(Record::decode), read.handoff),
                 Err(e) => {
+                    unclaimed.claim();
                     let timeout = self.inner.release_timeout;
                     let _ = tokio::time::timeout(timeout, leases.release(token)).await;
                     return Err(e);
@@ -102,6 +108,7 @@ impl Elector {
             self.inner.priority.unwrap_or(0),
         );
         let renewal = leases.start_renewal(token.clone(), self.inner.renewal.clone())?;
+        unclaimed.claim();
         let shared = Arc::new(Mutex::new(record.clone()));
         let writing = shared.clone().lock_owned().await;
         let record_failed = RecordFailure::default();

@@ -50,7 +50,7 @@ use crate::acquire::{WaitEnd, Woken};
 use crate::error::{Error, Result};
 use crate::lease::{AcquireOptions, Leases};
 use crate::renewal::RenewalOptions;
-use crate::store::{LeaseInfo, LeaseStore};
+use crate::store::{Handoff, LeaseInfo, LeaseStore};
 use crate::token::Token;
 
 mod line;
@@ -74,9 +74,11 @@ fn held_queue_lost(e: &Error, line: &Line) -> bool {
 }
 
 /// How a fair acquisition tries its target (a lease, or any permit of a
-/// semaphore) with the given options.
-pub(crate) type TryTarget<'a> =
-    Box<dyn Fn(AcquireOptions) -> BoxFuture<'a, Result<Token>> + Send + Sync + 'a>;
+/// semaphore) with the given options: the token and, where the store told
+/// it, the hand-off of the grant.
+pub(crate) type TryTarget<'a> = Box<
+    dyn Fn(AcquireOptions) -> BoxFuture<'a, Result<(Token, Option<Handoff>)>> + Send + Sync + 'a,
+>;
 
 impl Leases {
     /// A fair acquisition of `target` (see the module docs): `try_target`
@@ -89,7 +91,7 @@ impl Leases {
         target: &str,
         options: AcquireOptions,
         try_target: TryTarget<'_>,
-    ) -> Result<Token> {
+    ) -> Result<(Token, Option<Handoff>)> {
         let line = Line::new(target)?;
         // This handle's earlier places, still being let go of in the
         // background, must not stand in line ahead of it.
@@ -134,7 +136,7 @@ impl Leases {
         options: &AcquireOptions,
         try_target: &TryTarget<'_>,
         held: &mut Hold,
-    ) -> Result<Token> {
+    ) -> Result<(Token, Option<Handoff>)> {
         // One wait timeout for the whole acquisition: the queue lease, the
         // turn and the target share it.
         let give_up_at = options
@@ -166,21 +168,23 @@ impl Leases {
             }
             Err(e) => return Err(e),
         };
+        // Held (and let go of on every way out, a dropped future's
+        // included) from the moment it is granted.
+        held.queue = Some(self.start_renewal(q.clone(), RenewalOptions::new())?);
         let listed = decode(self.read_checkpoint(&q).await?.data.as_ref());
-        held.queue = Some(self.start_renewal(q, RenewalOptions::new())?);
         let (ahead, _) = self.live_entries(line, &listed).await?;
         if ahead.is_empty() {
-            match try_target(unfair(false)).await {
-                Ok(token) => {
-                    if listed.len() != ahead.len() {
-                        // Best effort: a stale record only costs the next
-                        // arrival an `inspect` of the waiters who left.
-                        if let Ok(q) = held.queue_token() {
-                            let _ = self.checkpoint(&q, encode(&ahead)).await;
-                        }
-                    }
-                    return Ok(token);
+            if listed.len() != ahead.len() {
+                // Best effort, before the target (a grant of the target is
+                // returned at once: nothing may stand between it and the
+                // caller): a stale record only costs the next arrival an
+                // `inspect` of the waiters who left.
+                if let Ok(q) = held.queue_token() {
+                    let _ = self.checkpoint(&q, encode(&ahead)).await;
                 }
+            }
+            match try_target(unfair(false)).await {
+                Ok(token) => return Ok(token),
                 Err(e @ (Error::Held { .. } | Error::PermitsHeld { .. })) if !options.wait => {
                     return Err(e)
                 }

@@ -67,7 +67,7 @@ impl State {
     ) -> Result<T> {
         let now = Instant::now();
         let Some((r, exp)) = self.leases.get_mut(lease.work_id) else {
-            return Err(record::fenced(lease));
+            return Err(crate::Error::fenced(lease));
         };
         record::check_current(Some(r), lease, *exp > now)?;
         Ok(f(r, exp))

@@ -107,35 +107,21 @@ pub(crate) fn acquire(
     })
 }
 
-/// The error for a token that is not the current acquisition.
-pub(crate) fn fenced(lease: LeaseRef<'_>) -> Error {
-    Error::Fenced {
-        work_id: lease.work_id.to_string(),
-        fencing_token: lease.fencing_token,
-    }
-}
-
 /// Checks that `lease` is the current, live acquisition (S3 in the crate docs).
 pub(crate) fn check_current(
     current: Option<&Record>,
     lease: LeaseRef<'_>,
     unexpired: bool,
 ) -> Result<()> {
-    let fenced = || fenced(lease);
+    let fenced = || Error::fenced(lease);
     let r = current.ok_or_else(fenced)?;
     if r.fencing_token != lease.fencing_token || r.holder_id != lease.holder_id.as_str() {
         return Err(fenced());
     }
     match r.phase {
         Phase::Revoked => Err(fenced()),
-        Phase::Released => Err(Error::Expired {
-            work_id: lease.work_id.to_string(),
-            fencing_token: lease.fencing_token,
-        }),
-        Phase::Held if !unexpired => Err(Error::Expired {
-            work_id: lease.work_id.to_string(),
-            fencing_token: lease.fencing_token,
-        }),
+        Phase::Released => Err(Error::expired(lease)),
+        Phase::Held if !unexpired => Err(Error::expired(lease)),
         Phase::Held => Ok(()),
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::WorkId;
-use crate::store::record::{self, Phase};
+use crate::store::record::Phase;
 use crate::store::{Handoff, LeaseEnd, LeaseInfo, LeaseRef, PreviousHolder};
 
 /// The error for a row that breaks the schema's rules.
@@ -20,11 +20,8 @@ pub(crate) fn corrupt(kind: &'static str, what: &str) -> Error {
 pub(crate) fn check_verdict(kind: &'static str, verdict: &str, lease: LeaseRef<'_>) -> Result<()> {
     match verdict {
         "ok" => Ok(()),
-        "fenced" => Err(record::fenced(lease)),
-        "expired" => Err(Error::Expired {
-            work_id: lease.work_id.to_string(),
-            fencing_token: lease.fencing_token,
-        }),
+        "fenced" => Err(Error::fenced(lease)),
+        "expired" => Err(Error::expired(lease)),
         other => Err(StoreError::new(kind, format!("unexpected verdict {other:?}")).into()),
     }
 }

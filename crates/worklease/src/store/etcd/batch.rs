@@ -47,13 +47,6 @@ use super::rpc::Budget;
 use super::snapshot::{to_json, State};
 use super::{millis, now_ms, Core, KIND};
 
-pub(super) fn expired(lease: LeaseRef<'_>) -> Error {
-    Error::Expired {
-        work_id: lease.work_id.to_string(),
-        fencing_token: lease.fencing_token,
-    }
-}
-
 /// How one lease of a batch is renewed.
 enum Plan {
     /// Answered already (a read showed it is not this holder's).
@@ -428,7 +421,7 @@ impl Core {
         rev: i64,
     ) -> Result<SystemTime> {
         let id = match plan {
-            Plan::GivenUp(_) => return Err(expired(lease)),
+            Plan::GivenUp(_) => return Err(Error::expired(lease)),
             Plan::Compare { id, .. } => *id,
             Plan::Write { from, to } => to.map_or(from.id, |s| s.id),
             Plan::Done | Plan::Unknown => {
@@ -440,7 +433,7 @@ impl Core {
                 // etcd ended the etcd lease after the transaction: with it
                 // the lease's key.
                 self.forget(lease.work_id, lease.fencing_token);
-                return Err(expired(lease));
+                return Err(Error::expired(lease));
             }
             Some(Err(e)) => {
                 return Err(StoreError::new(

@@ -13,7 +13,6 @@ use crate::error::{Result, StoreError};
 use crate::store::record::Phase;
 use crate::store::LeaseRef;
 
-use super::batch::expired;
 use super::leases::ttl_secs;
 use super::records::{end_of, extend_until, Claim, Granted};
 use super::rpc::Budget;
@@ -64,7 +63,7 @@ impl Core {
                 // still this holder's (read again below).
                 snap.check(lease)?;
             } else {
-                return Err(expired(lease));
+                return Err(crate::Error::expired(lease));
             }
         }
         for _ in 0..RACE_RETRIES {
@@ -99,7 +98,7 @@ impl Core {
                     self.forget(lease.work_id, lease.fencing_token);
                     let snap = self.snapshot(&keys, false, budget).await?;
                     if snap.check(lease)?.lease() == current.id {
-                        return Err(expired(lease));
+                        return Err(crate::Error::expired(lease));
                     }
                     known = None;
                     continue;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::WorkId;
-use crate::store::record::{self, Phase};
+use crate::store::record::Phase;
 use crate::store::{LeaseEnd, LeaseRef, PreviousHolder};
 
 use super::layout::{Part, OP_BYTES};
@@ -236,15 +236,12 @@ impl Snapshot {
                 if *token == lease.fencing_token && acq.holder == lease.holder_id.as_str() =>
             {
                 if self.phase() == Some(Phase::Revoked) {
-                    record::fenced(lease)
+                    Error::fenced(lease)
                 } else {
-                    Error::Expired {
-                        work_id: lease.work_id.to_string(),
-                        fencing_token: lease.fencing_token,
-                    }
+                    Error::expired(lease)
                 }
             }
-            _ => record::fenced(lease),
+            _ => Error::fenced(lease),
         }
     }
 }

@@ -4,7 +4,6 @@
 use futures_util::future::BoxFuture;
 
 use crate::error::Result;
-use crate::store::record;
 use crate::store::sql_rows::{check_verdict, FencedTransactionError};
 use crate::store::LeaseRef;
 use crate::token::Token;
@@ -60,7 +59,7 @@ impl PostgresStore {
             fencing_token: token.fencing_token(),
         };
         let fencing = i64::try_from(lease.fencing_token)
-            .map_err(|_| FencedTransactionError::Lease(record::fenced(lease)))?;
+            .map_err(|_| FencedTransactionError::Lease(crate::Error::fenced(lease)))?;
         let lease_err = FencedTransactionError::Lease;
         let mut client = self.client().await.map_err(lease_err)?;
         let stmt = client

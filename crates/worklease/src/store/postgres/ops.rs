@@ -11,7 +11,6 @@ use tokio_postgres::Row;
 
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::record;
 use crate::store::sql_rows::{self, check_verdict, corrupt, InfoColumns};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
 
@@ -144,7 +143,7 @@ impl PostgresStore {
         context: &'static str,
     ) -> Result<()> {
         let Ok(fencing) = i64::try_from(lease.fencing_token) else {
-            return Err(record::fenced(lease));
+            return Err(Error::fenced(lease));
         };
         let (work_id, holder_id) = (lease.work_id.as_str(), lease.holder_id.as_str());
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
@@ -218,7 +217,7 @@ impl LeaseStore for PostgresStore {
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
         let Ok(fencing) = i64::try_from(lease.fencing_token) else {
-            return Err(record::fenced(lease));
+            return Err(Error::fenced(lease));
         };
         let rows = self
             .query(

@@ -9,7 +9,6 @@ use redis::{ErrorKind, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{Error, Result};
 use crate::limits::ceil_millis;
-use crate::store::record;
 use crate::store::LeaseRef;
 
 use super::reply::{array, bad_reply, store_err, text};
@@ -129,11 +128,8 @@ pub(super) fn lease_outcome(lease: LeaseRef<'_>, mut reply: Vec<Value>) -> Resul
     let status = text(reply.first(), "status")?;
     match status.as_str() {
         "ok" => Ok(reply.split_off(1)),
-        "fenced" => Err(record::fenced(lease)),
-        "expired" => Err(Error::Expired {
-            work_id: lease.work_id.to_string(),
-            fencing_token: lease.fencing_token,
-        }),
+        "fenced" => Err(Error::fenced(lease)),
+        "expired" => Err(Error::expired(lease)),
         other => Err(bad_reply(&format!("status {other:?}"))),
     }
 }

@@ -23,7 +23,7 @@ impl<R: Register> RegisterStore<R> {
     ) -> Result<SystemTime> {
         for _ in 0..MAX_ATTEMPTS {
             let Some(current) = self.load(lease.work_id).await? else {
-                return Err(record::fenced(lease));
+                return Err(Error::fenced(lease));
             };
             let unexpired = self.unexpired_for(lease, &current)?;
             record::check_current(Some(&current.stored.record), lease, unexpired)?;
@@ -187,7 +187,7 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
             None => false,
         };
         record::check_current(prior, lease, unexpired)?;
-        prior.map(record::read).ok_or_else(|| record::fenced(lease))
+        prior.map(record::read).ok_or_else(|| Error::fenced(lease))
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {

@@ -176,7 +176,7 @@ fn current_step<T>(
     f: impl FnOnce(&mut Row, &ClockReading) -> T,
 ) -> Result<T> {
     let Some(mut row) = st.load(lease.work_id)? else {
-        return Err(record::fenced(lease));
+        return Err(crate::Error::fenced(lease));
     };
     record::check_current(Some(&row.record), lease, row.unexpired(now))?;
     let out = f(&mut row, now);

@@ -1,0 +1,171 @@
+//! Cancellation leaves nothing behind: an acquisition whose future is
+//! dropped at any point, its store call in flight or not, leaves no lease
+//! held by nobody once one round trip has passed after the store's answer
+//! (issue 23).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+use super::{fast, Suite};
+use crate::error::Error;
+use crate::store::fault::FaultStore;
+use crate::{AcquireOptions, Config, Leases, Semaphore};
+
+/// How many acquisitions of each kind [`dropped_acquisitions_leave_no_lease`]
+/// drops.
+pub const DROPS_PER_KIND: usize = 8;
+
+/// The kinds of acquisition the check drops, each at random points.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A fail-fast acquisition of a free lease.
+    FailFast,
+    /// A waiting acquisition of a lease another holder releases meanwhile.
+    Waiting,
+    /// The first free one of two work IDs (`acquire_any`).
+    Any,
+    /// Up to two of two work IDs (`acquire_many`).
+    Many,
+    /// A permit of a semaphore of two.
+    Permit,
+    /// A fair acquisition (the queue lease, the line, the target).
+    Fair,
+}
+
+const KINDS: [Kind; 6] = [
+    Kind::FailFast,
+    Kind::Waiting,
+    Kind::Any,
+    Kind::Many,
+    Kind::Permit,
+    Kind::Fair,
+];
+
+/// An acquisition whose future is dropped at a random point, also while
+/// its store call is in flight and after the store granted the lease (the
+/// replies are held back for two round trips, so that many drops land
+/// there), leaves no lease behind: one round trip after the store's answer
+/// (the check allows [`Suite::slack`]), every work ID it touched, and the
+/// queue and line of a fair acquisition, are free for another holder. The
+/// TTL is at least four times that wait, so a grant left to expire instead
+/// is caught. Covers fail-fast and waiting acquisitions, `acquire_any`,
+/// `acquire_many`, a semaphore's permit and a fair acquisition.
+pub async fn dropped_acquisitions_leave_no_lease(s: &Suite) {
+    let delay = (s.round_trip * 2).max(Duration::from_millis(4));
+    let faulty = Arc::new(FaultStore::new(s.store.clone()));
+    faulty.set_reply_delay(delay);
+    // One store call: the round trip and the held-back reply.
+    let call = s.round_trip + delay;
+    let settle = delay + s.slack() + Duration::from_millis(2);
+    let ttl = s.ttl.max(settle * 4);
+    let leases = Leases::new(faulty, Config::new("dropped", ttl)).expect("valid test config");
+    let other = s.holder("dropped-other");
+    let checker = s.holder("dropped-checker");
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mut touched: Vec<String> = Vec::new();
+    let mut fair_targets: Vec<String> = Vec::new();
+    let (mut dropped, mut completed) = (0, 0);
+    for kind in KINDS {
+        for _ in 0..DROPS_PER_KIND {
+            let a = s.work_id("dropped");
+            let b = s.work_id("dropped");
+            // A fair acquisition makes about four store calls; the others
+            // one (two for a waiting one).
+            let calls = if matches!(kind, Kind::Fair) { 5 } else { 2 };
+            let cut = rng.gen_range(Duration::ZERO..=call * calls);
+            let finished = match kind {
+                Kind::FailFast => drop_at(cut, leases.acquire(&a, fast()))
+                    .await
+                    .map(|t| vec![t]),
+                Kind::Waiting => {
+                    let held = other.acquire(&a, fast()).await.expect("acquire");
+                    let let_go = rng.gen_range(Duration::ZERO..=call);
+                    let wait = AcquireOptions::new()
+                        .wait_for_lease()
+                        .poll_interval(Duration::from_millis(1).max(s.round_trip));
+                    let release = async {
+                        tokio::time::sleep(let_go).await;
+                        other.release(held).await.expect("release");
+                    };
+                    let (_, r) =
+                        tokio::join!(release, drop_at(let_go + cut, leases.acquire(&a, wait)));
+                    r.map(|t| vec![t])
+                }
+                Kind::Any => drop_at(cut, leases.acquire_any([&a, &b], fast()))
+                    .await
+                    .map(|t| vec![t]),
+                Kind::Many => drop_at(cut, leases.acquire_many([&a, &b], 2)).await,
+                Kind::Permit => {
+                    let semaphore =
+                        Semaphore::new(leases.clone(), a.clone(), 2).expect("semaphore");
+                    touched.extend(semaphore.permit_ids().iter().map(|p| p.to_string()));
+                    drop_at(cut, semaphore.acquire(fast()))
+                        .await
+                        .map(|t| vec![t])
+                }
+                Kind::Fair => {
+                    fair_targets.push(a.clone());
+                    drop_at(cut, leases.acquire(&a, fast().fair()))
+                        .await
+                        .map(|t| vec![t])
+                }
+            };
+            match finished {
+                Some(tokens) => {
+                    completed += 1;
+                    for t in tokens {
+                        leases
+                            .release(t)
+                            .await
+                            .expect("release a completed acquisition");
+                    }
+                }
+                None => dropped += 1,
+            }
+            touched.push(a);
+            touched.push(b);
+        }
+    }
+    assert!(
+        dropped > 0,
+        "no acquisition was dropped ({completed} completed)"
+    );
+    // One round trip after the last answer, with the store's slack.
+    tokio::time::sleep(settle).await;
+    for target in &fair_targets {
+        touched.push(format!("{target}{}", crate::fair::QUEUE_SUFFIX));
+        let waiters = crate::fair::waiters(s.store.as_ref(), target)
+            .await
+            .expect("waiters");
+        assert!(
+            waiters.is_empty(),
+            "dropped fair acquisitions left waiters in the line of {target:?} {settle:?} after their last answer (TTL {ttl:?}): {waiters:?}"
+        );
+    }
+    for id in &touched {
+        match checker.acquire(id, fast()).await {
+            Ok(t) => checker.release(t).await.expect("release"),
+            Err(Error::Held { holder_id, .. }) => panic!(
+                "a dropped acquisition left {id:?} held by {holder_id:?} {settle:?} after its last answer, until its TTL ({ttl:?}); {dropped} of {} acquisitions were dropped",
+                dropped + completed
+            ),
+            Err(e) => panic!("acquire {id:?}: {e}"),
+        }
+    }
+}
+
+/// Runs `acquisition` until it ends or `cut` has passed, then drops it:
+/// `Some` with its tokens when it ended with a grant, `None` when it was
+/// dropped or failed (nothing to release then).
+async fn drop_at<T>(
+    cut: Duration,
+    acquisition: impl std::future::Future<Output = crate::Result<T>>,
+) -> Option<T> {
+    match tokio::time::timeout(cut, acquisition).await {
+        Ok(Ok(t)) => Some(t),
+        Ok(Err(Error::Held { .. } | Error::WaitersAhead { .. })) | Err(_) => None,
+        Ok(Err(e)) => panic!("an acquisition failed: {e}"),
+    }
+}
