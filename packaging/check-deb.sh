@@ -3,7 +3,7 @@
 # with dpkg and checks what it installed: the command's version, every man
 # page (groff with all warnings), the completion scripts (bash loads its
 # own), and the systemd units (systemd-analyze verify, where systemd is
-# installed). Purges the package at the end. Root only (CI runs as root);
+# installed; each one's ExecStart line, run as systemd would). Purges the package at the end. Root only (CI runs as root);
 # installs groff-base when it is missing. As another user, outside CI, it
 # says so and checks nothing.
 set -euo pipefail
@@ -73,4 +73,24 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
     echo "check-deb: systemd-analyze is not installed: the units' syntax was not verified" >&2
 fi
-echo "check-deb: $(basename "$deb"): installs, and its command, man pages, completions and units check"
+# Each unit's ExecStart line runs as its user, expanded as systemd does it
+# (%i the instance, $VAR split at whitespace; sh does the same here), with
+# a COMMAND that leaves a file and a store of its own: elect leads and
+# runs it, the pool runs it for its one work ID; both exit 0.
+store_dir=$(mktemp -d)
+chown worklease:worklease "$store_dir"
+trap 'rm -rf "$store_dir" /etc/worklease/*-ci-check.env; dpkg --purge worklease >/dev/null 2>&1 || true' EXIT
+run_unit() { # UNIT OPTS_VAR OPTS
+    local line command="touch $store_dir/$1.ran"
+    line=$(sed -n 's/^ExecStart=//p' "/usr/lib/systemd/system/$1")
+    line=${line//%i/ci-check}
+    runuser -u worklease -- env -i PATH=/usr/bin:/bin WORKLEASE_HOME="$store_dir" \
+        "$2=$3" COMMAND="$command" sh -c "exec $line" ||
+        fail "$1's ExecStart ($line, $2=$3, COMMAND=$command) exited $?"
+    [ -e "$store_dir/$1.ran" ] || fail "$1's ExecStart did not run COMMAND"
+}
+run_unit worklease-elect@.service ELECT_OPTS "--ttl 2s"
+run_unit worklease-pool@.service POOL_OPTS "--ttl 1s --work-ids ci-a"
+[ -s "$store_dir/leases.db" ] || fail "the units' default store is not \$WORKLEASE_HOME/leases.db"
+
+echo "check-deb: $(basename "$deb"): installs, and its command, man pages, completions, units and their ExecStart lines check"
