@@ -14,6 +14,8 @@
 //! worklease release --force [--store URL] WORK_ID
 //! worklease elect  [--store URL] [--ttl 15s] [--poll 2s] [--holder ID] [--grace TTL/4] ELECTION -- CMD [ARGS...]
 //! worklease pool   [--store URL] [--ttl 15s] [--holder ID] [--grace TTL/4] [--backoff 1s] [--pool-name pool] --work-ids ID,ID,... [--work-ids-file FILE] -- CMD [ARGS...]
+//! worklease completions bash|zsh|fish|elvish|powershell
+//! worklease man [--out-dir DIR] [SUBCOMMAND...]
 //! ```
 //!
 //! `pool` shares a fixed set of work IDs fairly between the pool processes
@@ -72,7 +74,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 use worklease::limits::{check_ttl, HolderId, WorkId};
 use worklease::store::url::{self, StoreSpec};
 use worklease::LeaseStore;
@@ -81,6 +83,7 @@ mod checkpoint;
 mod demo;
 mod elect;
 mod exit;
+mod generate;
 mod health;
 mod leader;
 mod pool;
@@ -450,6 +453,14 @@ enum Command {
     /// The child of `worklease demo`: processes one shard (internal).
     #[command(hide = true)]
     DemoShard(demo::DemoShardArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or
+    /// powershell.
+    #[command(after_help = generate::COMPLETIONS_HELP)]
+    Completions(generate::CompletionsArgs),
+    /// Print the man page of worklease or of a subcommand (roff), or write
+    /// them all into a directory.
+    #[command(after_help = generate::MAN_HELP)]
+    Man(generate::ManArgs),
 }
 
 /// `--metrics-addr`, of `run` and `elect`.
@@ -900,6 +911,8 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Pool(args) => pool::pool(args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoShard(args) => demo::demo_shard(args).await,
+        Command::Completions(args) => generate::completions(args, Cli::command()),
+        Command::Man(args) => generate::man(args, Cli::command()),
     }
 }
 

@@ -57,6 +57,9 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+// On docs.rs (`--cfg docsrs`, nightly rustdoc): each item gated by a
+// feature says which one enables it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod batch;
@@ -90,6 +93,11 @@ pub mod typed;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The crate's own README's example (what crates.io shows), as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct CrateReadmeDoctests;
 
 pub use error::{Error, InvalidInput, Result, StoreError};
 pub use internal::is_internal_work_id;

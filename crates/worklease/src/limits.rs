@@ -159,7 +159,7 @@ pub fn check_ttl(ttl: Duration) -> Result<Duration, InvalidInput> {
 /// store must never end a lease before its holder's own deadline.
 pub(crate) fn ceil_millis(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let ms = if d.subsec_nanos() % 1_000_000 != 0 {
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms + 1
     } else {
         ms

@@ -686,7 +686,7 @@ impl Pool {
         let n = members.len();
         let rank = members.iter().position(|m| *m == me).unwrap_or(0);
         let floor = w / n;
-        let ceil = floor + usize::from(w % n != 0);
+        let ceil = floor + usize::from(!w.is_multiple_of(n));
         let quota = floor + usize::from(rank < w % n);
 
         // Drop finished back-offs.

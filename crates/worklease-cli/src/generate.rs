@@ -1,0 +1,159 @@
+//! `worklease completions SHELL` and `worklease man`: the shell completion
+//! scripts (clap_complete) and the roff man pages (clap_mangen), generated
+//! from the command's own clap definitions, so that they name every
+//! subcommand and option of this build.
+//!
+//! The man pages are git's kind: `worklease(1)` for the command (its
+//! options, the list of subcommands, the store URLs and exit statuses) and
+//! `worklease-SUBCOMMAND(1)` for each subcommand (`worklease-checkpoint-set(1)`
+//! for a nested one). The Debian package ships them all (`man --out-dir`).
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Command};
+
+use crate::exit::{self, Failure};
+use crate::status::write_stdout;
+
+/// What `worklease completions --help` adds.
+pub const COMPLETIONS_HELP: &str = "\
+Prints the completion script for SHELL on stdout. Install it where the shell
+looks (the Debian package does so for bash, zsh and fish):
+  bash        worklease completions bash > ~/.local/share/bash-completion/completions/worklease
+  zsh         worklease completions zsh > ~/.zfunc/_worklease   (with fpath+=(~/.zfunc) before compinit)
+  fish        worklease completions fish > ~/.config/fish/completions/worklease.fish
+  elvish      worklease completions elvish >> ~/.config/elvish/rc.elv
+  powershell  worklease completions powershell >> $PROFILE
+
+Exit status: 0; 64 usage error (unknown shell); 74 writing stdout failed.
+";
+
+/// What `worklease man --help` adds.
+pub const MAN_HELP: &str = "\
+Prints the roff man page of worklease, or of one of its subcommands, on
+stdout; read it with `worklease man | man -l -`. With --out-dir, writes every
+page instead (worklease.1, worklease-run.1, worklease-checkpoint-set.1, ...).
+The pages are dated SOURCE_DATE_EPOCH (seconds since 1970, as reproducible
+builds set it), else today.
+
+Exit status: 0; 64 usage error (unknown subcommand); 74 writing the page
+failed.
+
+Examples:
+  worklease man | man -l -
+  worklease man elect | man -l -
+  worklease man --out-dir target/man
+";
+
+/// Arguments of `worklease completions`.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_name = "SHELL", value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// Arguments of `worklease man`.
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Write every page (the command's and each subcommand's) into DIR,
+    /// one file per page, instead of printing one.
+    #[arg(long, value_name = "DIR", conflicts_with = "subcommand")]
+    out_dir: Option<PathBuf>,
+
+    /// The subcommand whose page to print, e.g. `elect`, or `checkpoint set`
+    /// [default: the page of worklease itself].
+    #[arg(value_name = "SUBCOMMAND", num_args = 1..)]
+    subcommand: Vec<String>,
+}
+
+/// Runs `worklease completions`: the script for the shell on stdout.
+pub fn completions(args: CompletionsArgs, mut cmd: Command) -> Result<u8, Failure> {
+    let mut script = Vec::new();
+    let name = cmd.get_name().to_owned();
+    clap_complete::generate(args.shell, &mut cmd, name, &mut script);
+    write_stdout(&script)?;
+    Ok(0)
+}
+
+/// Runs `worklease man`: one page on stdout, or every page into a
+/// directory.
+pub fn man(args: ManArgs, cmd: Command) -> Result<u8, Failure> {
+    // `help` is clap's, not worklease's: no page for it. Building names
+    // each subcommand as its page does (`worklease-run`).
+    let mut cmd = cmd.disable_help_subcommand(true);
+    cmd.build();
+    // Every page's footer names the release, a subcommand's too, and the
+    // date.
+    let source = format!("worklease {}", cmd.get_version().unwrap_or_default());
+    let date = page_date()?;
+    if let Some(dir) = args.out_dir {
+        return std::fs::create_dir_all(&dir)
+            .and_then(|()| write_pages(&cmd, &source, &date, &dir))
+            .map(|()| 0)
+            .map_err(|e| {
+                Failure::new(
+                    exit::IO,
+                    format!("cannot write the man pages into {}: {e}", dir.display()),
+                )
+            });
+    }
+    let mut page_of = &cmd;
+    for name in &args.subcommand {
+        page_of = visible_subcommands(page_of)
+            .find(|sub| sub.get_name() == name)
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "no subcommand {name:?} of `{}` has a man page (see `worklease --help`)",
+                    page_of.get_display_name().unwrap_or(page_of.get_name())
+                ))
+            })?;
+    }
+    let mut text = Vec::new();
+    page(page_of, &source, &date)
+        .render(&mut text)
+        .map_err(|e| Failure::new(exit::IO, format!("cannot render the man page: {e}")))?;
+    write_stdout(&text)?;
+    Ok(0)
+}
+
+/// The subcommands that have a page: all but the hidden ones.
+fn visible_subcommands(cmd: &Command) -> impl Iterator<Item = &Command> {
+    cmd.get_subcommands().filter(|sub| !sub.is_hide_set())
+}
+
+/// The page of `cmd` (a built command or subcommand).
+fn page(cmd: &Command, source: &str, date: &str) -> clap_mangen::Man {
+    clap_mangen::Man::new(cmd.clone())
+        .date(date)
+        .source(source)
+        .manual("worklease manual")
+}
+
+/// Writes the page of `cmd` and of each of its visible subcommands, nested
+/// ones included, into `dir` (`worklease-checkpoint-set.1`).
+fn write_pages(cmd: &Command, source: &str, date: &str, dir: &Path) -> std::io::Result<()> {
+    for sub in visible_subcommands(cmd) {
+        write_pages(sub, source, date, dir)?;
+    }
+    page(cmd, source, date).generate_to(dir).map(drop)
+}
+
+/// The pages' date (YYYY-MM-DD, UTC): `SOURCE_DATE_EPOCH` (seconds since
+/// the epoch, as reproducible builds set it; packaging/build-deb.sh uses
+/// the last commit's time), else today.
+fn page_date() -> Result<String, Failure> {
+    let at = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(epoch) => {
+            let secs: u64 = epoch.trim().parse().map_err(|_| {
+                Failure::usage(format!(
+                    "SOURCE_DATE_EPOCH={epoch:?} is not a number of seconds since 1970"
+                ))
+            })?;
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+        }
+        Err(_) => std::time::SystemTime::now(),
+    };
+    let stamp = humantime::format_rfc3339_seconds(at).to_string();
+    Ok(stamp.get(..10).unwrap_or(&stamp).to_owned())
+}
