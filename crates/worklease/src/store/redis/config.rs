@@ -11,6 +11,8 @@ use crate::store::url_parts::{redact, url_error};
 use super::keys;
 #[cfg(doc)]
 use super::{RedisStore, MAX_PREFIX_BYTES};
+#[cfg(feature = "redis-tls")]
+use crate::store::tls_files::TlsFiles;
 
 /// The key prefix when none is given.
 pub const DEFAULT_PREFIX: &str = "worklease:";
@@ -23,6 +25,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
 /// The query parameters passed on to the `redis` crate.
 const CLIENT_PARAMS: &[&str] = &["protocol"];
+/// The TLS parameters (`rediss://` only).
+const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
 
 /// The `WAIT` an acquisition runs before it counts as granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +46,9 @@ pub struct RedisConfig {
     pub(super) db: i64,
     pub(super) prefix: String,
     pub(super) wait: Option<WaitForReplicas>,
+    /// The TLS files of a `rediss://` URL (`None` for `redis://`).
+    #[cfg(feature = "redis-tls")]
+    pub(super) tls: Option<TlsFiles>,
     pub(super) connection_timeout: Duration,
     pub(super) response_timeout: Duration,
 }
@@ -92,26 +99,34 @@ impl RedisConfig {
                 "not a valid Redis URL: write redis://HOST:PORT/DB?prefix=PREFIX",
             )
         })?;
-        match parsed.scheme() {
-            "redis" => {}
-            "rediss" => {
-                return Err(url_error(
+        let tls =
+            match parsed.scheme() {
+                "redis" => false,
+                "rediss" if cfg!(feature = "redis-tls") => true,
+                "rediss" => return Err(url_error(
                     url,
-                    "TLS (rediss://) is not supported by this version of worklease's Redis store: \
-                     use redis:// on a trusted network or through a TLS tunnel",
-                ))
-            }
-            other => {
-                return Err(url_error(
-                    url,
-                    format!("the Redis store takes redis:// URLs, not {other}://"),
-                ))
-            }
+                    "TLS (rediss://) needs the cargo feature `redis-tls`, which this build lacks",
+                )),
+                other => {
+                    return Err(url_error(
+                        url,
+                        format!("the Redis store takes redis:// or rediss:// URLs, not {other}://"),
+                    ))
+                }
+            };
+        if parsed.fragment().is_some() {
+            return Err(url_error(
+                url,
+                "a URL fragment (such as #insecure) is not accepted: \
+                 certificates and host names are always verified",
+            ));
         }
         let mut prefix = DEFAULT_PREFIX.to_string();
         let mut replicas: Option<u32> = None;
         let mut wait_ms: Option<u64> = None;
         let mut kept = Vec::new();
+        // `cacert`, `cert` and `key`, percent-decoded.
+        let mut files: [Option<String>; 3] = [None, None, None];
         // A parameter given twice is refused: "last one wins" would let a
         // copy-paste slip put two fleets under two prefixes.
         let mut seen = std::collections::HashSet::new();
@@ -142,6 +157,10 @@ impl RedisConfig {
                         )
                     })?)
                 }
+                k if TLS_PARAMS.contains(&k) => {
+                    let i = TLS_PARAMS.iter().position(|p| *p == k).unwrap_or(0);
+                    files[i] = Some(value.into_owned());
+                }
                 k if CLIENT_PARAMS.contains(&k) => {
                     kept.push((key.into_owned(), value.into_owned()))
                 }
@@ -153,6 +172,7 @@ impl RedisConfig {
                             OUR_PARAMS
                                 .iter()
                                 .chain(CLIENT_PARAMS)
+                                .chain(TLS_PARAMS)
                                 .copied()
                                 .collect::<Vec<_>>()
                                 .join(", ")
@@ -161,6 +181,20 @@ impl RedisConfig {
                 }
             }
         }
+        if !tls && files.iter().any(Option::is_some) {
+            return Err(url_error(
+                url,
+                "cacert, cert and key are TLS settings: write rediss:// to use TLS",
+            ));
+        }
+        #[cfg(feature = "redis-tls")]
+        let tls = match tls {
+            false => None,
+            true => {
+                let [ca, cert, key] = files;
+                Some(TlsFiles::read(ca, cert, key).map_err(|why| url_error(url, why))?)
+            }
+        };
         parsed.set_query(None);
         if !kept.is_empty() {
             parsed.query_pairs_mut().extend_pairs(kept);
@@ -189,6 +223,8 @@ impl RedisConfig {
             db,
             prefix,
             wait,
+            #[cfg(feature = "redis-tls")]
+            tls,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         })
@@ -274,6 +310,10 @@ impl RedisConfig {
             ours.push(("wait_replicas", w.replicas.to_string()));
             ours.push(("wait_timeout_ms", ceil_millis(w.timeout).to_string()));
         }
+        #[cfg(feature = "redis-tls")]
+        if let Some(tls) = &self.tls {
+            ours.extend(tls.params());
+        }
         match redis::parse_redis_url(&self.server_url) {
             Some(mut u) if !ours.is_empty() => {
                 u.query_pairs_mut().extend_pairs(ours);
@@ -343,7 +383,11 @@ mod tests {
             "{}",
             reason("redis://h/notadb")
         );
-        assert!(reason("rediss://h/0").contains("TLS"));
+        if !cfg!(feature = "redis-tls") {
+            assert!(reason("rediss://h/0").contains("redis-tls"));
+        }
+        assert!(reason("redis://h/0?cacert=%2Fca.pem").contains("write rediss://"));
+        assert!(reason("redis://h/0#insecure").contains("always verified"));
         assert!(reason("redis://h/0?prefix=a%7Bb").contains("braces"));
         assert!(reason("redis://h/0?wait_replicas=1").contains("go together"));
         assert!(

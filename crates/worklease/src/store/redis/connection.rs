@@ -78,8 +78,14 @@ impl RedisStore {
                 .set_protocol(ProtocolVersion::RESP3);
             info = info.set_redis_settings(settings);
         }
-        let client =
-            redis::Client::open(info).map_err(|e| store_err("invalid connection settings", e))?;
+        #[cfg(feature = "redis-tls")]
+        let client = match &config.tls {
+            Some(tls) => super::tls::client(info, tls),
+            None => redis::Client::open(info),
+        };
+        #[cfg(not(feature = "redis-tls"))]
+        let client = redis::Client::open(info);
+        let client = client.map_err(|e| store_err("invalid connection settings", e))?;
         Ok(Self {
             config,
             client,
@@ -144,10 +150,13 @@ impl RedisStore {
         ConnectionManager::new_with_config(self.client.clone(), config)
             .await
             .map_err(|e| {
-                store_err(
-                    &format!("cannot connect to {}", redact(&self.config.server_url)),
-                    e,
-                )
+                let what = format!("cannot connect to {}", redact(&self.config.server_url));
+                #[cfg(feature = "redis-tls")]
+                let what = match super::tls::hint(&e) {
+                    Some(hint) => format!("{what} ({hint})"),
+                    None => what,
+                };
+                store_err(&what, e)
             })
     }
 

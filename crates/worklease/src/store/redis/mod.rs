@@ -117,17 +117,49 @@
 //!   `volatile-*` policy (only `live` keys have a TTL); the store logs a
 //!   warning when it can see an `allkeys-*` policy.
 //!
+//! # TLS
+//!
+//! With the feature `redis-tls`, `rediss://` URLs connect over TLS
+//! (rustls; the process's default crypto provider, or ring, installed when
+//! none is): the server's certificate must chain to the certificates of
+//! the PEM file `cacert=PATH`, or, without it, to the system's roots, and
+//! must name the URL's host (always verified: a `#insecure` fragment is
+//! refused). `cert=PATH&key=PATH` present a client certificate (Redis's
+//! `tls-auth-clients yes`). The files are read when the URL is parsed.
+//! The subscriber connection uses the same settings.
+//!
+//! # ACL users
+//!
+//! The store needs only its own keys and release channel (both start with
+//! the prefix) and the commands of [`ACL_COMMANDS`];
+//! [`RedisConfig::acl_rules`] writes the rules for a configuration. For
+//! the default prefix `worklease:`:
+//!
+//! ```text
+//! ACL SETUSER worklease on >PASSWORD resetkeys ~worklease:* resetchannels &worklease:* -@all +hello +auth +select +ping +role +evalsha +script|load +scan +wait +subscribe +pttl +hget +hmget +incr +get +set +hset +hdel +pexpire +del +exists +publish +time +strlen +config|get
+//! ```
+//!
+//! (`+config|get` is optional: it lets the store warn about an eviction
+//! policy or a server that persists nothing.) Such a user runs the whole
+//! conformance suite (`tests/redis_topologies.rs`). A permission the
+//! server denies fails the operation with a store error that says the
+//! user lacks a permission and quotes the server's `NOPERM` reason; a
+//! command denied inside a script is named from the script's line (Redis
+//! 7.0 reports only the line). A script stops at the denied command and
+//! is not rolled back: a release denied `PUBLISH` has released the lease
+//! but woken nobody.
+//!
 //! Not supported yet: Redis Cluster and Sentinel clients (the key layout is
 //! ready for Cluster; `inspect` would have to scan every primary, and
-//! batches be split by slot), TLS
-//! (`rediss://`: the `redis` crate's rustls support needs a crypto
-//! provider chosen and installed by the application), Unix sockets.
+//! batches be split by slot), Unix sockets.
 //!
-//! URL: `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
+//! URL: `redis[s]://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
+//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`)
 //! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
 //! connection notices a drop at once); `protocol=resp2` opts out, for a
 //! server that cannot speak RESP3.
 
+mod acl;
 mod acquire;
 mod batch;
 mod config;
@@ -137,7 +169,10 @@ mod ops;
 mod reply;
 mod scripts;
 mod subscriber;
+#[cfg(feature = "redis-tls")]
+mod tls;
 
+pub use acl::ACL_COMMANDS;
 pub use batch::MAX_BATCH;
 pub use config::{
     RedisConfig, WaitForReplicas, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,

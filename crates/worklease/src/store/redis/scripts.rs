@@ -15,10 +15,41 @@ use crate::store::LeaseRef;
 use super::reply::{array, bad_reply, store_err, text};
 use super::{RedisStore, WaitForReplicas};
 
+macro_rules! source {
+    ($file:literal) => {
+        concat!(include_str!("common.lua"), include_str!($file))
+    };
+}
+
 macro_rules! script {
     ($file:literal) => {
-        Script::new(concat!(include_str!("common.lua"), include_str!($file)))
+        Script::new(source!($file))
     };
+}
+
+/// The text of every script, to find the command on a line the server
+/// names in an error.
+const SOURCES: &[&str] = &[
+    source!("acquire.lua"),
+    source!("renew.lua"),
+    source!("checkpoint.lua"),
+    source!("read.lua"),
+    source!("release.lua"),
+    source!("abandon.lua"),
+    source!("revoke.lua"),
+    source!("inspect.lua"),
+    source!("acquire_many.lua"),
+    source!("renew_many.lua"),
+    source!("release_many.lua"),
+];
+
+/// The command that line `line` (from 1) of the script with SHA1 `hash`
+/// calls (`redis.call('NAME', ...)`), if it calls one.
+pub(super) fn command_at(hash: &str, line: usize) -> Option<&'static str> {
+    let source = SOURCES.iter().find(|s| Script::new(s).get_hash() == hash)?;
+    let text = source.lines().nth(line.checked_sub(1)?)?;
+    let call = &text[text.find("redis.call('")? + "redis.call('".len()..];
+    Some(&call[..call.find('\'')?])
 }
 
 /// The store's scripts, each with the shared prelude.
