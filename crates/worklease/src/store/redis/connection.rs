@@ -171,7 +171,7 @@ impl RedisStore {
                     ),
                     None => None,
                 };
-                warn_on_eviction_policy(&main).await;
+                super::server_checks::warn_on_server_settings(&main).await;
                 Ok(Connections { main, acquire })
             })
             .await
@@ -228,31 +228,5 @@ impl RedisStore {
 
     pub(super) fn channel(&self) -> String {
         keys::channel(&self.config.prefix, self.config.db)
-    }
-}
-
-/// Warns when the server may evict keys that must never go.
-async fn warn_on_eviction_policy(conn: &ConnectionManager) {
-    let mut conn = conn.clone();
-    let policy: redis::RedisResult<std::collections::HashMap<String, String>> =
-        redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut conn)
-            .await;
-    match policy {
-        Ok(p) => {
-            if let Some(policy) = p
-                .get("maxmemory-policy")
-                .filter(|p| p.starts_with("allkeys"))
-            {
-                tracing::warn!(
-                    policy = %policy,
-                    "Redis may evict fencing counters and checkpoints under memory pressure \
-                     (maxmemory-policy {policy}): use noeviction or a volatile-* policy"
-                );
-            }
-        }
-        Err(e) => tracing::debug!(error = %e, "cannot read the Redis eviction policy"),
     }
 }

@@ -106,6 +106,10 @@
 //!   cannot catch that second holder) and checkpoints are gone. Run with
 //!   `appendonly yes` (and `appendfsync always` for tokens that survive a
 //!   power loss, since the default `everysec` can lose the last second).
+//!   A store logs a warning on its first connection when the server
+//!   persists nothing (`appendonly no` and `save ""`, read with
+//!   `CONFIG GET`; a user without that command gets a debug line), so the
+//!   CLI warns once per run.
 //! * **Redis's clock is its host's wall clock.** Key expiry compares an
 //!   absolute Unix time with the server's `gettimeofday`: a forward step of
 //!   that clock (not a slew) ends leases early, while their holders, which
@@ -168,6 +172,7 @@ mod keys;
 mod ops;
 mod reply;
 mod scripts;
+mod server_checks;
 mod subscriber;
 #[cfg(feature = "redis-tls")]
 mod tls;
