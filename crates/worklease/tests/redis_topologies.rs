@@ -2,7 +2,8 @@
 //! test starts itself (the distribution's `redis-server`, built with TLS)
 //! on free loopback ports, in temporary directories, killed when the test
 //! ends, also when it fails: TLS (`rediss://`, feature `redis-tls`), ACL
-//! users, the warning about a server without persistence.
+//! users, the warning about a server without persistence, Sentinel
+//! failover with and without the replica wait.
 
 #![cfg(feature = "redis")]
 
@@ -15,8 +16,12 @@ mod common_tls;
 
 #[path = "redis/acl.rs"]
 mod acl;
+#[path = "redis/failover.rs"]
+mod failover;
 #[path = "redis/persistence.rs"]
 mod persistence;
+#[path = "redis/sentinel.rs"]
+mod sentinel;
 #[cfg(feature = "redis-tls")]
 #[path = "redis/tls.rs"]
 mod tls;

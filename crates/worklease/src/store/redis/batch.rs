@@ -111,7 +111,7 @@ impl RedisStore {
         n: usize,
     ) -> Result<Vec<Vec<Value>>> {
         let replies: Vec<Vec<Value>> = self
-            .run(invocation, what)
+            .run_write(invocation, what)
             .await?
             .into_iter()
             .map(array)

@@ -9,6 +9,7 @@ use crate::limits::ceil_millis;
 use crate::store::url_parts::{redact, url_error};
 
 use super::keys;
+use super::topology::{self, Topology};
 #[cfg(doc)]
 use super::{RedisStore, MAX_PREFIX_BYTES};
 #[cfg(feature = "redis-tls")]
@@ -43,6 +44,9 @@ pub struct WaitForReplicas {
 pub struct RedisConfig {
     /// The URL for the `redis` crate: the given one without our parameters.
     pub(super) server_url: String,
+    /// One server, or the sentinels of a primary (then `server_url` holds
+    /// the first sentinel's address, a placeholder).
+    pub(super) topology: Topology,
     pub(super) db: i64,
     pub(super) prefix: String,
     pub(super) wait: Option<WaitForReplicas>,
@@ -80,7 +84,11 @@ fn checked_wait(replicas: u32, timeout: Duration) -> std::result::Result<WaitFor
 }
 
 impl RedisConfig {
-    /// Parses `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?PARAMS]`. The
+    /// Parses `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?PARAMS]`, or
+    /// `redis+sentinel://[USER:PASSWORD@]HOST[:PORT],HOST[:PORT].../PRIMARY[/DB][?PARAMS]`
+    /// (the sentinels, port 26379 by default, and the name they know the
+    /// primary by; the credentials are the primary's; `rediss://` and
+    /// `rediss+sentinel://` with TLS). The
     /// parameters: `prefix` (the key prefix, percent-decoded; default
     /// [`DEFAULT_PREFIX`]), `wait_replicas` and `wait_timeout_ms` (both or
     /// neither: see [`RedisConfig::wait_for_replicas`]), and `protocol`
@@ -88,12 +96,16 @@ impl RedisConfig {
     ///
     /// # Errors
     /// [`InvalidInput::StoreUrl`], with the URL redacted, for a URL that
-    /// does not parse, another scheme (`rediss://` included: no TLS in this
-    /// version), an unknown parameter, a bad database number, prefix or
+    /// does not parse, another scheme (`rediss://` in a build without
+    /// `redis-tls`), an unknown parameter, a bad database number, prefix or
     /// wait setting.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
-        let mut parsed = redis::parse_redis_url(url).ok_or_else(|| {
+        let (topology, one_server) = match topology::split(url) {
+            Some(split) => split.map_err(|why| url_error(url, why))?,
+            None => (Topology::Server, url.to_string()),
+        };
+        let mut parsed = redis::parse_redis_url(&one_server).ok_or_else(|| {
             url_error(
                 url,
                 "not a valid Redis URL: write redis://HOST:PORT/DB?prefix=PREFIX",
@@ -220,6 +232,7 @@ impl RedisConfig {
         };
         Ok(Self {
             server_url,
+            topology,
             db,
             prefix,
             wait,
@@ -314,13 +327,14 @@ impl RedisConfig {
         if let Some(tls) = &self.tls {
             ours.extend(tls.params());
         }
-        match redis::parse_redis_url(&self.server_url) {
+        let url = match redis::parse_redis_url(&self.server_url) {
             Some(mut u) if !ours.is_empty() => {
                 u.query_pairs_mut().extend_pairs(ours);
                 u.to_string()
             }
             _ => self.server_url.clone(),
-        }
+        };
+        topology::join(&self.topology, &url)
     }
 }
 

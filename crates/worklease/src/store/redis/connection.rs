@@ -3,9 +3,8 @@
 //! and the subscriber task started with the first waiter.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::ProtocolVersion;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -14,20 +13,14 @@ use crate::error::Result;
 #[cfg(doc)]
 use crate::error::StoreError;
 use crate::limits::WorkId;
-use crate::store::url_parts::redact;
 
 use super::keys::{self, LeaseKeys};
+use super::primary::{Connections, Target};
 use super::reply::store_err;
+use super::sentinel::Sentinels;
 use super::subscriber::{SubState, Subscription, Wakeups};
+use super::topology::Topology;
 use super::RedisConfig;
-
-/// The connections of a store, opened with its first operation.
-pub(super) struct Connections {
-    /// Every script runs here (multiplexed: concurrent calls share it).
-    pub(super) main: ConnectionManager,
-    /// Acquisitions followed by `WAIT`, when a replica wait is set.
-    pub(super) acquire: Option<ConnectionManager>,
-}
 
 /// The Redis store. See the module docs for its guarantees and what Redis
 /// cannot promise. Share one value per process (in an `Arc`): each value
@@ -35,8 +28,14 @@ pub(super) struct Connections {
 /// waiters.
 pub struct RedisStore {
     pub(super) config: RedisConfig,
-    client: redis::Client,
-    connections: tokio::sync::OnceCell<Connections>,
+    /// Where the commands go.
+    pub(super) target: Target,
+    /// The open connections, once the first operation opened them.
+    pub(super) connections: std::sync::Mutex<Option<Arc<Connections>>>,
+    /// Held while connections are opened or replaced.
+    pub(super) opening: tokio::sync::Mutex<()>,
+    /// Whether the server's settings were checked (once per store).
+    pub(super) checked: std::sync::atomic::AtomicBool,
     pub(super) wakeups: Arc<Wakeups>,
     /// The subscriber task's state, once a waiter started it.
     subscription: std::sync::Mutex<Option<watch::Receiver<SubState>>>,
@@ -86,10 +85,21 @@ impl RedisStore {
         #[cfg(not(feature = "redis-tls"))]
         let client = redis::Client::open(info);
         let client = client.map_err(|e| store_err("invalid connection settings", e))?;
+        let target = match &config.topology {
+            Topology::Server => Target::Server(client.clone()),
+            Topology::Sentinel { sentinels, master } => Target::Sentinel(Arc::new(Sentinels {
+                sentinels: sentinels.clone(),
+                master: master.clone(),
+                template: client.get_connection_info().clone(),
+                timeout: config.connection_timeout,
+            })),
+        };
         Ok(Self {
             config,
-            client,
-            connections: tokio::sync::OnceCell::new(),
+            target,
+            connections: std::sync::Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            checked: std::sync::atomic::AtomicBool::new(false),
             wakeups: Arc::new(Wakeups::default()),
             subscription: std::sync::Mutex::new(None),
             stop: CancellationToken::new(),
@@ -143,40 +153,6 @@ impl RedisStore {
         Ok(self.connections().await?.main.clone())
     }
 
-    async fn manager(&self, response_timeout: Duration) -> Result<ConnectionManager> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.config.connection_timeout))
-            .set_response_timeout(Some(response_timeout));
-        ConnectionManager::new_with_config(self.client.clone(), config)
-            .await
-            .map_err(|e| {
-                let what = format!("cannot connect to {}", redact(&self.config.server_url));
-                #[cfg(feature = "redis-tls")]
-                let what = match super::tls::hint(&e) {
-                    Some(hint) => format!("{what} ({hint})"),
-                    None => what,
-                };
-                store_err(&what, e)
-            })
-    }
-
-    pub(super) async fn connections(&self) -> Result<&Connections> {
-        self.connections
-            .get_or_try_init(|| async {
-                let main = self.manager(self.config.response_timeout).await?;
-                let acquire = match self.config.wait {
-                    Some(w) => Some(
-                        self.manager(self.config.response_timeout + w.timeout)
-                            .await?,
-                    ),
-                    None => None,
-                };
-                super::server_checks::warn_on_server_settings(&main).await;
-                Ok(Connections { main, acquire })
-            })
-            .await
-    }
-
     /// Starts the subscriber task if it is not running; false where it
     /// cannot run (no tokio runtime here, or a poisoned lock).
     pub(super) fn start_subscriber(&self) -> bool {
@@ -189,17 +165,8 @@ impl RedisStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        // Pub/sub on RESP2: a connection of its own in subscriber mode.
-        let info = self.client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP2);
-        let Ok(client) = redis::Client::open(info.set_redis_settings(settings)) else {
-            return false;
-        };
         let subscription = Subscription {
-            client,
+            target: self.target.clone(),
             channel: self.channel(),
             connection_timeout: self.config.connection_timeout,
             response_timeout: self.config.response_timeout,

@@ -170,12 +170,15 @@ mod config;
 mod connection;
 mod keys;
 mod ops;
+mod primary;
 mod reply;
 mod scripts;
+mod sentinel;
 mod server_checks;
 mod subscriber;
 #[cfg(feature = "redis-tls")]
 mod tls;
+mod topology;
 
 pub use acl::ACL_COMMANDS;
 pub use batch::MAX_BATCH;

@@ -16,7 +16,7 @@ use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
 use super::acquire::Replies;
 use super::keys;
 use super::reply::{bad_reply, lease_info, opt_bytes, previous, store_err, text};
-use super::scripts::SCRIPTS;
+use super::scripts::{lease_outcome, SCRIPTS};
 use super::{RedisStore, KIND, MAX_BATCH};
 
 /// How many keys one `SCAN` step asks for when listing every lease.
@@ -128,7 +128,7 @@ impl LeaseStore for RedisStore {
             .key(&keys.checkpoint)
             .arg(lease.holder_id.as_str())
             .arg(lease.fencing_token);
-        let reply = self.run_on_lease(lease, &inv, "read checkpoint").await?;
+        let reply = lease_outcome(lease, self.run(&inv, "read checkpoint").await?)?;
         Ok(Checkpoint {
             data: opt_bytes(reply.first(), "checkpoint")?.map(Bytes::copy_from_slice),
             handoff: Handoff {
@@ -188,7 +188,7 @@ impl LeaseStore for RedisStore {
             .key(&keys.checkpoint)
             .arg(self.channel())
             .arg(work_id.as_str());
-        let reply = self.run(&inv, "revoke").await?;
+        let reply = self.run_write(&inv, "revoke").await?;
         match text(reply.first(), "status")?.as_str() {
             "none" => Ok(None),
             "ok" => Ok(Some(lease_info(work_id.clone(), reply.get(1))?)),

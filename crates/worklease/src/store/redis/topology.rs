@@ -1,0 +1,147 @@
+//! Which Redis deployment a store talks to: one server, or a primary that
+//! Sentinel manages (`redis+sentinel://`). A Sentinel URL names several
+//! hosts, which `url` cannot parse: it is rewritten to a one-server URL
+//! (the first sentinel's address as a placeholder) that carries the
+//! credentials, database, TLS and parameters through the one parser, and
+//! the sentinels and primary name are kept here.
+
+/// The store's deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) enum Topology {
+    /// One server, at the URL's address.
+    #[default]
+    Server,
+    /// The primary that the sentinels at `sentinels` (`host:port`) name
+    /// `master`, looked up again after a failure.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+    },
+}
+
+/// The port of a sentinel given without one.
+pub(super) const SENTINEL_PORT: u16 = 26379;
+
+/// For a `redis+sentinel://` or `rediss+sentinel://` URL, its topology and
+/// the one-server URL (`redis://` or `rediss://`) of its other parts;
+/// `None` for any other scheme.
+///
+/// # Errors
+/// The reason, for a Sentinel URL without hosts, with a bad port or
+/// without the primary's name.
+pub(super) fn split(url: &str) -> Option<Result<(Topology, String), String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let plain = match scheme.to_ascii_lowercase().as_str() {
+        "redis+sentinel" => "redis",
+        "rediss+sentinel" => "rediss",
+        _ => return None,
+    };
+    Some(split_sentinel(plain, rest))
+}
+
+fn split_sentinel(plain: &str, rest: &str) -> Result<(Topology, String), String> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',') {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !name.ends_with(']') || name.starts_with('[') => {
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| format!("the sentinel {host:?} has a bad port"))?;
+                (name, port)
+            }
+            _ => (host, SENTINEL_PORT),
+        };
+        if name.is_empty() {
+            return Err(
+                "write redis+sentinel://HOST:PORT,HOST:PORT/PRIMARY_NAME (a sentinel is empty)"
+                    .to_string(),
+            );
+        }
+        sentinels.push((name.to_string(), port));
+    }
+    let (path, query) = match tail.find(['?', '#']) {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let master = parts.next().unwrap_or_default();
+    if master.is_empty() {
+        return Err(
+            "the primary's name is missing: write redis+sentinel://HOST:PORT,.../PRIMARY_NAME[/DB]"
+                .to_string(),
+        );
+    }
+    let master = percent_encoding::percent_decode_str(master)
+        .decode_utf8()
+        .map_err(|_| "the primary's name is not UTF-8".to_string())?
+        .into_owned();
+    let db = parts.next().unwrap_or("0");
+    let (host, port) = &sentinels[0];
+    let url = format!("{plain}://{user}{host}:{port}/{db}{query}");
+    Ok((Topology::Sentinel { sentinels, master }, url))
+}
+
+/// The URL of `topology` from the one-server URL `server_url` (what
+/// [`split`] made of it, parameters added).
+pub(super) fn join(topology: &Topology, server_url: &str) -> String {
+    let Topology::Sentinel { sentinels, master } = topology else {
+        return server_url.to_string();
+    };
+    let Some((scheme, rest)) = server_url.split_once("://") else {
+        return server_url.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let user = authority.rfind('@').map_or("", |at| &authority[..=at]);
+    let hosts: Vec<String> = sentinels.iter().map(|(h, p)| format!("{h}:{p}")).collect();
+    let master = percent_encoding::utf8_percent_encode(master, percent_encoding::NON_ALPHANUMERIC);
+    let (db, query) = match tail.find(['?', '#']) {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    let db = match db.trim_start_matches('/') {
+        "" | "0" => String::new(),
+        db => format!("/{db}"),
+    };
+    format!(
+        "{scheme}+sentinel://{user}{}/{master}{db}{query}",
+        hosts.join(",")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_split_and_join() {
+        let url = "redis+sentinel://app:pw@s1:26380,s2,10.0.0.3:5000/my%20primary/2?prefix=p%3A";
+        let (topology, server) = split(url).expect("a Sentinel URL").expect("valid");
+        assert_eq!(server, "redis://app:pw@s1:26380/2?prefix=p%3A");
+        assert_eq!(
+            topology,
+            Topology::Sentinel {
+                sentinels: vec![
+                    ("s1".into(), 26380),
+                    ("s2".into(), SENTINEL_PORT),
+                    ("10.0.0.3".into(), 5000)
+                ],
+                master: "my primary".into(),
+            }
+        );
+        assert_eq!(
+            join(&topology, &server),
+            "redis+sentinel://app:pw@s1:26380,s2:26379,10.0.0.3:5000/my%20primary/2?prefix=p%3A"
+        );
+        assert!(split("redis://h/0").is_none());
+        assert!(split("redis+sentinel://s1,s2").expect("Sentinel").is_err());
+        assert!(split("redis+sentinel://s1:x/m").expect("Sentinel").is_err());
+        assert!(split("rediss+sentinel://,s2/m").expect("Sentinel").is_err());
+    }
+}
