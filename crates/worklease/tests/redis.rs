@@ -665,7 +665,33 @@ async fn wait_for_replicas_refuses_unreplicated_acquisitions() {
         LeaseEnd::Expired
     );
     b.release(t2).await.expect("release");
-    b.release(t).await.expect("release");
+    // Every write waits: a renewal, a checkpoint and a release that no
+    // replica acknowledged fail with a store error (the lease layer
+    // retries them; the holder's deadline stays that of its last
+    // acknowledged extension).
+    let wait_b = HolderId::new("wait-b").expect("holder");
+    let work_id = id(work);
+    let lease = LeaseRef {
+        work_id: &work_id,
+        holder_id: &wait_b,
+        fencing_token: t.fencing_token(),
+    };
+    let unreplicated = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::Store(e)) => assert!(
+            e.message.contains(what) && e.message.contains("replicas"),
+            "{e}"
+        ),
+        other => panic!("{what} without replicas: {other:?}"),
+    };
+    unreplicated("renew", store.renew(lease, ttl).await.map(drop));
+    let data = Bytes::from_static(b"unreplicated");
+    unreplicated(
+        "checkpoint",
+        store.checkpoint(lease, ttl, data).await.map(drop),
+    );
+    unreplicated("release", store.release(lease).await);
+    // The release did apply on the primary (it is not undone).
+    assert!(matches!(b.release(t).await, Err(Error::Expired { .. })));
 
     // A primary with one replica acknowledges.
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,6 @@
 //! The configuration of the Redis store: its `redis://` URL (parsed,
 //! written back and redacted), the key prefix, the timeouts and the replica
-//! wait of acquisitions.
+//! wait of writes.
 
 use std::time::Duration;
 
@@ -29,7 +29,7 @@ const CLIENT_PARAMS: &[&str] = &["protocol"];
 /// The TLS parameters (`rediss://` only).
 const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
 
-/// The `WAIT` an acquisition runs before it counts as granted.
+/// The `WAIT` every write runs before it counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitForReplicas {
     /// How many replicas must acknowledge the acquisition.
@@ -268,14 +268,16 @@ impl RedisConfig {
         self.db
     }
 
-    /// Makes every successful acquisition wait with `WAIT replicas timeout`
-    /// until that many replicas have it, and fail with a store error when
-    /// fewer acknowledged it in time (see the module docs for what this
-    /// does and does not promise). `WAIT` is pipelined behind the acquire
-    /// script on a connection of its own, so that it covers that script's
-    /// writes even across a reconnection; an attempt that finds the lease
-    /// `Held` waits too, for the connection's earlier writes (at once when
-    /// the replicas keep up).
+    /// Makes every write (acquisition, renewal, checkpoint, release,
+    /// revocation, each batch) wait with `WAIT replicas timeout` until
+    /// that many replicas have it, and fail with a store error when fewer
+    /// acknowledged it in time (see "Replica wait" in the module docs for
+    /// what this does and does not promise, and what it costs). `WAIT` is
+    /// pipelined behind the script on a connection of its own, so that it
+    /// covers that script's writes even across a reconnection; a call that
+    /// wrote nothing (an attempt that finds the lease `Held`) waits too,
+    /// for the connection's earlier writes (at once when the replicas keep
+    /// up).
     ///
     /// # Errors
     /// [`InvalidInput::Config`] for zero replicas or a timeout under 1 ms
@@ -291,7 +293,7 @@ impl RedisConfig {
             .is_some_and(|u| u.query_pairs().any(|(k, _)| k == "protocol"))
     }
 
-    /// The replica wait of acquisitions, if any.
+    /// The replica wait of writes, if any.
     pub fn get_wait_for_replicas(&self) -> Option<WaitForReplicas> {
         self.wait
     }

@@ -39,12 +39,15 @@
 //!   takeover of an expired lease) announces nothing: it makes no lease
 //!   free, and waking waiters would only earn them a `Held`.
 //! * **Replication.** [`RedisConfig::wait_for_replicas`] (URL:
-//!   `wait_replicas=N&wait_timeout_ms=T`) makes every acquisition (a
-//!   batch: once, after its script) run `WAIT N T` on the same connection, and fail with a
-//!   store error when fewer than N replicas acknowledged it in time; the
-//!   acquisition is then ended as if it had expired, so nobody holds it
-//!   and the next holder sees no clean hand-off. Such acquisitions use a
-//!   connection of their own, since `WAIT` blocks its connection.
+//!   `wait_replicas=N&wait_timeout_ms=T`) makes every write (acquire,
+//!   renew, checkpoint, release, revoke, and each batch once, after its
+//!   script) run `WAIT N T` pipelined behind its script, and fail with a
+//!   store error when fewer than N replicas acknowledged it in time. A
+//!   refused acquisition is ended as if it had expired, so nobody holds it
+//!   and the next holder sees no clean hand-off; a refused renewal,
+//!   checkpoint or release did apply on the primary (it is not undone) but
+//!   is reported as a (transient) failure, so the holder's deadline stays
+//!   that of its last acknowledged extension. See "Replica wait" below.
 //!
 //! # Batches
 //!
@@ -60,8 +63,9 @@
 //! `release` does. With a replica wait, `acquire_many` pipelines one
 //! `WAIT` after its script; with too few acknowledgements every grant of
 //! the batch is ended as expired (one `abandon` script) and fails with a
-//! store error, while `Held` work IDs stay `Held`. Renewals and releases
-//! do not wait, single or batch.
+//! store error, while `Held` work IDs stay `Held`. `renew_many` and
+//! `release_many` wait once too, and fail as a whole with too few
+//! acknowledgements.
 //!
 //! A script is atomic on the server: no other command runs while a batch
 //! is under way, and the server's clock is read once, so a batch is one
@@ -96,10 +100,8 @@
 //!   know of a live lease (a second holder gets it: mutual exclusion, S1,
 //!   then rests on downstream systems checking fencing tokens), or may
 //!   hand out a fencing token again, and may lose an acknowledged
-//!   checkpoint. `wait_for_replicas` narrows this (a lease is only granted
-//!   once N replicas have it) but does not close it: `WAIT` does not make
-//!   Redis strongly consistent, and renewals and checkpoints are not
-//!   waited for.
+//!   checkpoint. `wait_for_replicas` narrows this to what "Replica wait"
+//!   below states; it does not close it.
 //! * **Without persistence a restart resets everything**: live leases are
 //!   forgotten (a second holder can take one whose holder still believes
 //!   in it), fencing counters start again from 1 (S2 broken, so fencing
@@ -153,12 +155,57 @@
 //! is not rolled back: a release denied `PUBLISH` has released the lease
 //! but woken nobody.
 //!
-//! Not supported yet: Redis Cluster and Sentinel clients (the key layout is
-//! ready for Cluster; `inspect` would have to scan every primary, and
-//! batches be split by slot), Unix sockets.
+//! # Sentinel
+//!
+//! `redis+sentinel://[USER:PASSWORD@]S1[:PORT],S2[:PORT],.../PRIMARY[/DB]?prefix=P`
+//! (`rediss+sentinel://` with TLS) names the sentinels (port 26379 by
+//! default) and the name they know the primary by. The store asks the
+//! sentinels in order for the primary's address
+//! (`SENTINEL get-master-addr-by-name`) and checks it with `ROLE`; the
+//! credentials are the primary's (sentinels are reached without them,
+//! with the same TLS settings). When a command fails as a lost primary
+//! would (a connection error, `READONLY`), the store asks again and moves
+//! its connections, and runs the command once more on the new primary;
+//! until the sentinels name a primary, commands fail with a (transient)
+//! store error and nothing is sent to the old address, where the old
+//! primary, restarted empty, might otherwise take writes. The release
+//! subscription looks the primary up again at each resubscription. On
+//! loopback, with `down-after-milliseconds 500`, the sentinels named the
+//! new primary 1.7–1.9 s after the old one was SIGKILLed
+//! (`tests/redis/failover.rs`).
+//!
+//! # Replica wait
+//!
+//! What it guarantees: when a write succeeds, it (and every earlier write
+//! of the store's waiting connection) is in the memory of at least N
+//! replicas. If the primary then fails and one of those replicas is
+//! promoted, the acquisition, renewal, checkpoint or release is there:
+//! no second holder before the lease's acknowledged expiry (S1), no
+//! fencing token handed out again (S2), no acknowledged checkpoint lost.
+//! The failover test checks exactly this with one replica and N = 1.
+//!
+//! What it does not: `WAIT` "does not make Redis a strongly consistent
+//! store" (Redis's documentation of `WAIT`): Sentinel promotes the
+//! replica with the largest replication offset it last heard of, which
+//! with N below the number of replicas need not be one that acknowledged
+//! (set N to the number of replicas to be sure, and every write then
+//! fails while one replica is down); replicas acknowledge what is in
+//! their memory, not on disk, so losing the primary and those replicas
+//! together loses the writes; a write that failed for too few
+//! acknowledgements may still survive (it applied on the primary).
+//!
+//! What it costs: each write waits for the slowest of N replicas to
+//! acknowledge (a replication round trip), and the waiting writes of one
+//! store share one connection, which `WAIT` blocks, so they queue one
+//! after another; with a replica down, writes take `wait_timeout_ms` and
+//! fail.
+//!
+//! Not supported yet: Redis Cluster (the key layout is ready: `inspect`
+//! would have to scan every primary, and batches be split by slot), Unix
+//! sockets.
 //!
 //! URL: `redis[s]://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
-//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`)
+//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`; Sentinel above)
 //! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
 //! connection notices a drop at once); `protocol=resp2` opts out, for a
 //! server that cannot speak RESP3.
