@@ -399,7 +399,8 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
         }
         "postgres" | "postgresql" => postgres_spec(url),
         "mysql" | "mariadb" => mysql_spec(url),
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => redis_spec(url),
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => redis_spec(url),
         "s3" => s3_spec(url),
         "etcd" | "etcds" => etcd_spec(url),
         "dynamodb" => dynamodb_spec(url),

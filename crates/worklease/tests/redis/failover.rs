@@ -46,6 +46,9 @@ struct Seen {
     tokens_back: u64,
     checkpoints_lost: u64,
     unacknowledged: u64,
+    /// How long each acknowledged renewal and checkpoint took before the
+    /// kill (the cost of the replica wait, compared across the runs).
+    writes: Vec<Duration>,
 }
 
 /// The figures of one run.
@@ -57,6 +60,9 @@ struct Losses {
     checkpoints_lost: u64,
     unacknowledged: u64,
     following: Duration,
+    /// From the kill until the killed node, restarted, synced as a replica.
+    restarted: Duration,
+    median_write: Duration,
 }
 
 impl std::fmt::Display for Losses {
@@ -64,15 +70,18 @@ impl std::fmt::Display for Losses {
         write!(
             f,
             "{} grants ({} after the kill), the sentinels named the new primary {:?} \
-             after the kill; overlapping holders {}, fencing tokens gone back {}, \
-             acknowledged checkpoints lost {}, writes refused as unreplicated {}",
+             after the kill, the killed node was a replica again after {:?}; overlapping holders {}, fencing tokens gone back {}, \
+             acknowledged checkpoints lost {}, writes refused as unreplicated {}; \
+             median renewal or checkpoint before the kill {:?}",
             self.grants,
             self.grants_after_kill,
             self.following,
+            self.restarted,
             self.overlaps,
             self.tokens_back,
             self.checkpoints_lost,
-            self.unacknowledged
+            self.unacknowledged,
+            self.median_write
         )
     }
 }
@@ -161,6 +170,9 @@ async fn holder(
             match result {
                 Ok(()) => {
                     until = sent + ttl;
+                    if !progress.killed.load(Ordering::Relaxed) {
+                        seen.lock().expect("seen").writes.push(sent.elapsed());
+                    }
                     if seq % 2 == 1 {
                         let mut s = seen.lock().expect("seen");
                         let acked = s.acked.entry(w).or_default();
@@ -239,10 +251,7 @@ async fn run(wait: bool) -> Losses {
     // The killed node comes back empty and becomes the new primary's
     // replica, so that a replica wait can be met again.
     deployment.restart_old_primary().await;
-    eprintln!(
-        "kill at {kill:?}, restarted (synced) after {:?}",
-        kill.elapsed()
-    );
+    let restarted = kill.elapsed();
     let mut after = progress.grants_after_kill.subscribe();
     let _ = tokio::time::timeout(
         Duration::from_secs(120),
@@ -253,7 +262,13 @@ async fn run(wait: bool) -> Losses {
     for t in tasks {
         t.await.expect("holder task");
     }
-    let seen = std::mem::take(&mut *seen.lock().expect("seen"));
+    let mut seen = std::mem::take(&mut *seen.lock().expect("seen"));
+    seen.writes.sort();
+    let median_write = seen
+        .writes
+        .get(seen.writes.len() / 2)
+        .copied()
+        .unwrap_or_default();
     let mut overlaps = 0;
     for (i, a) in seen.terms.iter().enumerate() {
         for b in &seen.terms[i + 1..] {
@@ -271,6 +286,8 @@ async fn run(wait: bool) -> Losses {
         checkpoints_lost: seen.checkpoints_lost,
         unacknowledged: seen.unacknowledged,
         following,
+        restarted,
+        median_write,
     }
 }
 

@@ -52,7 +52,7 @@ pub struct RedisConfig {
     pub(super) wait: Option<WaitForReplicas>,
     /// The TLS files of a `rediss://` URL (`None` for `redis://`).
     #[cfg(feature = "redis-tls")]
-    pub(super) tls: Option<TlsFiles>,
+    pub(super) tls: Option<Box<TlsFiles>>,
     pub(super) connection_timeout: Duration,
     pub(super) response_timeout: Duration,
 }
@@ -204,7 +204,8 @@ impl RedisConfig {
             false => None,
             true => {
                 let [ca, cert, key] = files;
-                Some(TlsFiles::read(ca, cert, key).map_err(|why| url_error(url, why))?)
+                let files = TlsFiles::read(ca, cert, key).map_err(|why| url_error(url, why))?;
+                Some(Box::new(files))
             }
         };
         parsed.set_query(None);

@@ -86,7 +86,7 @@ impl RedisStore {
         let client = redis::Client::open(info);
         let client = client.map_err(|e| store_err("invalid connection settings", e))?;
         let target = match &config.topology {
-            Topology::Server => Target::Server(client.clone()),
+            Topology::Server => Target::Server(Box::new(client.clone())),
             Topology::Sentinel { sentinels, master } => Target::Sentinel(Arc::new(Sentinels {
                 sentinels: sentinels.clone(),
                 master: master.clone(),

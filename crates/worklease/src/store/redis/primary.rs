@@ -22,7 +22,7 @@ use super::RedisStore;
 #[derive(Clone)]
 pub(super) enum Target {
     /// The configured server.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     /// Whichever server the sentinels name as the primary.
     Sentinel(Arc<Sentinels>),
 }
@@ -35,7 +35,7 @@ impl Target {
     /// answers as one.
     pub(super) async fn client(&self) -> redis::RedisResult<redis::Client> {
         match self {
-            Target::Server(client) => Ok(client.clone()),
+            Target::Server(client) => Ok(client.as_ref().clone()),
             Target::Sentinel(sentinels) => sentinels.primary().await,
         }
     }

@@ -28,12 +28,19 @@ pub(super) const SENTINEL_PORT: u16 = 26379;
 ///
 /// # Errors
 /// The reason, for a Sentinel URL without hosts, with a bad port or
-/// without the primary's name.
+/// without the primary's name, and for a Cluster URL (not supported yet).
 pub(super) fn split(url: &str) -> Option<Result<(Topology, String), String>> {
     let (scheme, rest) = url.split_once("://")?;
     let plain = match scheme.to_ascii_lowercase().as_str() {
         "redis+sentinel" => "redis",
         "rediss+sentinel" => "rediss",
+        "redis+cluster" | "rediss+cluster" => {
+            return Some(Err(
+                "Redis Cluster (redis+cluster://) is not supported yet (ADR 0019): use one \
+                 server or a Sentinel-managed primary (redis+sentinel://)"
+                    .to_string(),
+            ))
+        }
         _ => return None,
     };
     Some(split_sentinel(plain, rest))
@@ -143,5 +150,7 @@ mod tests {
         assert!(split("redis+sentinel://s1,s2").expect("Sentinel").is_err());
         assert!(split("redis+sentinel://s1:x/m").expect("Sentinel").is_err());
         assert!(split("rediss+sentinel://,s2/m").expect("Sentinel").is_err());
+        let cluster = split("redis+cluster://h1:7000,h2:7001/?prefix=p").expect("Cluster");
+        assert!(cluster.is_err_and(|why| why.contains("not supported yet")));
     }
 }
