@@ -3,7 +3,8 @@
 //! on free loopback ports, in temporary directories, killed when the test
 //! ends, also when it fails: TLS (`rediss://`, feature `redis-tls`), ACL
 //! users, the warning about a server without persistence, Sentinel
-//! failover with and without the replica wait.
+//! failover with and without the replica wait, the conformance suite on a
+//! three-primary Redis Cluster.
 
 #![cfg(feature = "redis")]
 
@@ -16,6 +17,8 @@ mod common_tls;
 
 #[path = "redis/acl.rs"]
 mod acl;
+#[path = "redis/cluster.rs"]
+mod cluster;
 #[path = "redis/failover.rs"]
 mod failover;
 #[path = "redis/persistence.rs"]

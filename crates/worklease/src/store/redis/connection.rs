@@ -9,11 +9,10 @@ use redis::ProtocolVersion;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
-#[cfg(doc)]
-use crate::error::StoreError;
+use crate::error::{Result, StoreError};
 use crate::limits::WorkId;
 
+use super::conn::Conn;
 use super::keys::{self, LeaseKeys};
 use super::primary::{Connections, Target};
 use super::reply::store_err;
@@ -87,6 +86,36 @@ impl RedisStore {
         let client = client.map_err(|e| store_err("invalid connection settings", e))?;
         let target = match &config.topology {
             Topology::Server => Target::Server(Box::new(client.clone())),
+            Topology::Cluster { nodes } => {
+                let info = client.get_connection_info();
+                let settings = info.redis_settings();
+                let mut infos = Vec::new();
+                for (host, port) in nodes {
+                    let node = info
+                        .clone()
+                        .set_addr(redis::ConnectionAddr::Tcp(host.clone(), *port));
+                    infos.push(node);
+                }
+                let mut builder = redis::cluster::ClusterClient::builder(infos.clone())
+                    .connection_timeout(config.connection_timeout)
+                    .response_timeout(config.response_timeout)
+                    .use_protocol(settings.protocol());
+                if let Some(user) = settings.username() {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = settings.password() {
+                    builder = builder.password(password);
+                }
+                let cluster = builder
+                    .build()
+                    .map_err(|e| store_err("invalid Cluster settings", e))?;
+                let nodes = infos
+                    .into_iter()
+                    .map(redis::Client::open)
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(|e| store_err("invalid Cluster settings", e))?;
+                Target::Cluster(Arc::new((cluster, nodes)))
+            }
             Topology::Sentinel { sentinels, master } => Target::Sentinel(Arc::new(Sentinels {
                 sentinels: sentinels.clone(),
                 master: master.clone(),
@@ -150,7 +179,14 @@ impl RedisStore {
     /// # Errors
     /// As [`RedisStore::ready`].
     pub async fn connection(&self) -> Result<ConnectionManager> {
-        Ok(self.connections().await?.main.clone())
+        match &self.connections().await?.main {
+            Conn::One(c) => Ok(c.clone()),
+            Conn::Cluster(_) => Err(StoreError::new(
+                super::KIND,
+                "a Redis Cluster store has no single command connection",
+            )
+            .into()),
+        }
     }
 
     /// Starts the subscriber task if it is not running; false where it

@@ -73,10 +73,10 @@
 //! back, so a server error in the middle of one (out of memory, say)
 //! leaves the leases before it done and fails the whole call, which
 //! reports nothing of any lease; repeating it is safe, as after a lost
-//! reply. A batch names keys in many hash slots, so it runs on a single
-//! Redis server or a Sentinel-managed primary only: Redis Cluster refuses
-//! such a script (`CROSSSLOT`), and a Cluster store (not built yet) would
-//! have to split each batch by slot.
+//! reply. A batch names keys in many hash slots, which a single server or
+//! a Sentinel-managed primary runs as one script; a Cluster refuses such a
+//! script (`CROSSSLOT`), so a Cluster store splits each batch by slot (see
+//! "Cluster").
 //!
 //! **The limit, [`MAX_BATCH`] = 100,** keeps a batch at about a
 //! millisecond of server time: a Lua script blocks every other client of
@@ -200,12 +200,33 @@
 //! after another; with a replica down, writes take `wait_timeout_ms` and
 //! fail.
 //!
-//! Not supported yet: Redis Cluster (the key layout is ready: `inspect`
-//! would have to scan every primary, and batches be split by slot), Unix
+//! # Cluster
+//!
+//! `redis+cluster://[USER:PASSWORD@]H1:PORT,H2:PORT,.../?prefix=P` (the
+//! nodes to start from; database 0 only) runs on a Redis Cluster through
+//! the `redis` crate's cluster connection, which routes each script by its
+//! first key's hash slot and follows `MOVED` and `ASK` (resharding, a
+//! primary's failover). Every key of one work ID shares one slot (the hash
+//! tag is the escaped work ID), so each single-lease script touches one
+//! slot; the fencing counter is per work ID for that reason: a global
+//! counter would sit in another slot and make every acquisition a
+//! cross-slot write (ADR 0007, 0019). A batch is split by slot: `renew_many`
+//! and `release_many` run one script per slot, `acquire_many` one per run
+//! of consecutive work IDs in one slot, in order, each with the grants
+//! still wanted, so its result is the single-server one. `inspect` of
+//! every lease `SCAN`s each primary (`CLUSTER SLOTS`). Releases `PUBLISH`
+//! on the cluster, which delivers to every node; the subscription uses the
+//! first node given that answers. The whole conformance suite runs on three
+//! primaries started by the test (`tests/redis/cluster.rs`).
+//!
+//! Not supported yet on a Cluster: the replica wait (refused), TLS
+//! (`rediss+cluster://` is refused), moving the subscription off a failed
+//! node (waiters then fall back to polling). Not supported anywhere: Unix
 //! sockets.
 //!
 //! URL: `redis[s]://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
-//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`; Sentinel above)
+//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`; Sentinel and
+//! Cluster above)
 //! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
 //! connection notices a drop at once); `protocol=resp2` opts out, for a
 //! server that cannot speak RESP3.
@@ -214,6 +235,7 @@ mod acl;
 mod acquire;
 mod batch;
 mod config;
+mod conn;
 mod connection;
 mod keys;
 mod ops;

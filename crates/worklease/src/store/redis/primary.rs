@@ -14,6 +14,7 @@ use redis::{ConnectionAddr, ErrorKind, ProtocolVersion, RedisError, ServerErrorK
 use crate::error::Result;
 use crate::store::url_parts::redact;
 
+use super::conn::Conn;
 use super::reply::store_err;
 use super::sentinel::Sentinels;
 use super::RedisStore;
@@ -25,6 +26,10 @@ pub(super) enum Target {
     Server(Box<redis::Client>),
     /// Whichever server the sentinels name as the primary.
     Sentinel(Arc<Sentinels>),
+    /// A Redis Cluster: its client, and the client of each node given
+    /// (the release subscription uses the first that answers: a cluster
+    /// delivers every `PUBLISH` to every node).
+    Cluster(Arc<(redis::cluster::ClusterClient, Vec<redis::Client>)>),
 }
 
 impl Target {
@@ -37,6 +42,18 @@ impl Target {
         match self {
             Target::Server(client) => Ok(client.as_ref().clone()),
             Target::Sentinel(sentinels) => sentinels.primary().await,
+            Target::Cluster(cluster) => {
+                let mut last = None;
+                for node in &cluster.1 {
+                    match node.get_multiplexed_async_connection().await {
+                        Ok(_) => return Ok(node.clone()),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(last.unwrap_or_else(|| {
+                    redis::RedisError::from((redis::ErrorKind::Client, "no Cluster node given"))
+                }))
+            }
         }
     }
 }
@@ -55,7 +72,7 @@ pub(super) fn with_protocol(
 /// operation (and again after a failover).
 pub(super) struct Connections {
     /// Every script runs here (multiplexed: concurrent calls share it).
-    pub(super) main: ConnectionManager,
+    pub(super) main: Conn,
     /// Writes followed by `WAIT`, when a replica wait is set (`WAIT`
     /// blocks its connection).
     pub(super) waiting: Option<ConnectionManager>,
@@ -80,6 +97,11 @@ fn primary_lost(e: &RedisError) -> bool {
 }
 
 impl RedisStore {
+    /// Whether the store talks to a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self.target, Target::Cluster(_))
+    }
+
     async fn manager(
         &self,
         client: &redis::Client,
@@ -105,17 +127,28 @@ impl RedisStore {
             })
     }
 
-    /// Opens connections to the server the target names now.
+    /// Opens connections to the server the target names now (to a
+    /// Cluster: one cluster connection).
     async fn open_connections(&self) -> Result<Arc<Connections>> {
-        let client = self.target.client().await.map_err(|e| {
-            store_err(
-                &format!(
-                    "cannot find the primary of {}",
-                    redact(&self.config.to_url())
-                ),
-                e,
-            )
-        })?;
+        let shown = || redact(&self.config.to_url());
+        if let Target::Cluster(cluster) = &self.target {
+            let main = cluster
+                .0
+                .get_async_connection()
+                .await
+                .map_err(|e| store_err(&format!("cannot connect to {}", shown()), e))?;
+            return Ok(Arc::new(Connections {
+                main: Conn::Cluster(main),
+                waiting: None,
+                addr: ConnectionAddr::Tcp(String::new(), 0),
+                suspect: AtomicBool::new(false),
+            }));
+        }
+        let client = self
+            .target
+            .client()
+            .await
+            .map_err(|e| store_err(&format!("cannot find the primary of {}", shown()), e))?;
         let main = self.manager(&client, self.config.response_timeout).await?;
         let waiting = match self.config.wait {
             Some(w) => Some(
@@ -124,6 +157,7 @@ impl RedisStore {
             ),
             None => None,
         };
+        let main = Conn::One(main);
         if !self.checked.swap(true, Ordering::Relaxed) {
             super::server_checks::warn_on_server_settings(&main).await;
         }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use redis::aio::ConnectionManager;
+use super::conn::Conn;
 
 /// What a settings check found wrong, as the warning's text, or `None`.
 type Finding = Option<String>;
@@ -13,7 +13,7 @@ type Finding = Option<String>;
 /// (an `allkeys-*` policy), or persists nothing (`appendonly no` and
 /// `save ""`): a restart then forgets every lease and starts the fencing
 /// counters again, so tokens repeat.
-pub(super) async fn warn_on_server_settings(conn: &ConnectionManager) {
+pub(super) async fn warn_on_server_settings(conn: &Conn) {
     let mut conn = conn.clone();
     let mut settings = HashMap::new();
     for name in ["maxmemory-policy", "appendonly", "save"] {
