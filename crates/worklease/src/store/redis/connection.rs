@@ -177,7 +177,8 @@ impl RedisStore {
     /// for diagnostics and benchmarks beside the store's own calls.
     ///
     /// # Errors
-    /// As [`RedisStore::ready`].
+    /// As [`RedisStore::ready`]; a [`StoreError`] for a Cluster store,
+    /// which has no single command connection.
     pub async fn connection(&self) -> Result<ConnectionManager> {
         match &self.connections().await?.main {
             Conn::One(c) => Ok(c.clone()),
