@@ -113,6 +113,28 @@ impl Deployment {
         port
     }
 
+    /// Cuts the replica's link to the primary and keeps it from coming
+    /// back: the primary now requires a password (connections already
+    /// open stay authenticated) and drops its replica connection.
+    pub(crate) async fn cut_replication(&self) {
+        let mut conn = raw(&self.primary.url()).await;
+        let password = format!("{:032x}", rand::random::<u128>());
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .exec_async(&mut conn)
+            .await
+            .expect("CONFIG SET requirepass");
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("replica")
+            .exec_async(&mut conn)
+            .await
+            .expect("CLIENT KILL TYPE replica");
+    }
+
     /// Starts the killed primary again, empty, on its port: the sentinels
     /// make it a replica of the new primary. Returns once it synced.
     pub(crate) async fn restart_old_primary(&mut self) {
