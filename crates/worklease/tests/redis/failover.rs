@@ -1,6 +1,7 @@
 //! Sentinel failover under load: 4 holders take turns on 2 work IDs,
 //! renewing and checkpointing, through `redis+sentinel://` stores, while
-//! the test SIGKILLs the primary. With the replica wait on every write,
+//! the test cuts the replica off for a moment and then SIGKILLs the
+//! primary. With the replica wait on every write,
 //! no two holders believe in one lease at once, fencing tokens never go
 //! back and every acknowledged checkpoint survives; without it, whatever
 //! was lost is counted and printed (asynchronous replication may lose
