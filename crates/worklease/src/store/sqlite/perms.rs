@@ -78,19 +78,17 @@ pub(super) fn prepare(path: &Path) -> Result<()> {
     }));
     for name in &names {
         // The link itself and, for a symbolic link, the file it names.
-        let owners = std::fs::symlink_metadata(name).and_then(|link| {
+        let untrusted = std::fs::symlink_metadata(name).map(|link| {
             let target = match link.file_type().is_symlink() {
                 true => std::fs::metadata(name).map(|m| m.uid()).ok(),
                 false => None,
             };
-            Ok((link.uid(), target))
-        });
-        match owners.map(|(link, target)| {
-            [Some(link), target]
+            [Some(link.uid()), target]
                 .into_iter()
                 .flatten()
                 .find(|u| !trusted(*u))
-        }) {
+        });
+        match untrusted {
             Ok(Some(uid)) => {
                 return Err(refuse(format!(
                     "{:?} is owned by uid {}, not by this process's user (uid {euid}): \
