@@ -5,7 +5,9 @@
 # throwaway one (no persistence) on a free loopback port and registers its
 # stop. Either way `redis-server` must be installed: the restart tests start
 # servers of their own. Exports WORKLEASE_TEST_REDIS_URL. Quiet unless
-# something fails.
+# something fails. The tests of tests/redis_topologies.rs (TLS, ACL users,
+# Sentinel failover) start their own servers and sentinels from the same
+# binary (`redis-server FILE --sentinel`): no redis-sentinel package needed.
 
 worklease_redis_service() {
     if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then

@@ -69,6 +69,9 @@ pub mod election;
 pub mod error;
 pub mod fair;
 mod finish;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzz;
 mod granting;
 mod internal;
 

@@ -258,3 +258,33 @@ mod tests {
         assert!(e.contains("100001") && e.contains("100000"), "{e}");
     }
 }
+
+/// Valid work and holder IDs for property tests: short strings of the
+/// characters that mean something in keys, paths, URLs, globs, hash tags
+/// and the token's text form, or of any printable characters.
+#[cfg(test)]
+pub(crate) mod arbitrary {
+    use proptest::prelude::*;
+    use proptest::string::string_regex;
+
+    use super::{HolderId, WorkId};
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            string_regex(r"[a-z0-9/%{}:;=. ?#*\[\]\\é日🚀+-]{1,40}").expect("a valid regex"),
+            string_regex(r"\PC{1,40}").expect("a valid regex"),
+            Just(".".to_string()),
+            Just("..".to_string()),
+        ]
+    }
+
+    /// Any valid work ID.
+    pub(crate) fn work_id() -> impl Strategy<Value = WorkId> {
+        text().prop_filter_map("a valid work ID", |s| WorkId::new(s).ok())
+    }
+
+    /// Any valid holder ID.
+    pub(crate) fn holder_id() -> impl Strategy<Value = HolderId> {
+        text().prop_filter_map("a valid holder ID", |s| HolderId::new(s).ok())
+    }
+}

@@ -226,4 +226,33 @@ mod tests {
                 .is_err()
         );
     }
+
+    proptest::proptest! {
+        /// The text form round-trips every valid work ID and holder ID,
+        /// every fencing token and millisecond expiry, and every TTL (to
+        /// its whole milliseconds, rounded up).
+        #[test]
+        fn text_form_round_trips(
+            work_id in crate::limits::arbitrary::work_id(),
+            holder_id in crate::limits::arbitrary::holder_id(),
+            fencing_token in proptest::prelude::any::<u64>(),
+            expires_ms in 0u64..=253_402_300_799_999,
+            ttl_us in 1_000u64..=crate::limits::MAX_TTL.as_micros() as u64,
+        ) {
+            let t = Token {
+                work_id,
+                holder_id,
+                fencing_token,
+                expires_at: UNIX_EPOCH + Duration::from_millis(expires_ms),
+                ttl: Duration::from_micros(ttl_us),
+                deadline: None,
+            };
+            let back: Token = t.to_string().parse().expect("its own text form parses");
+            proptest::prop_assert_eq!(&back.work_id, &t.work_id);
+            proptest::prop_assert_eq!(&back.holder_id, &t.holder_id);
+            proptest::prop_assert_eq!(back.fencing_token, t.fencing_token);
+            proptest::prop_assert_eq!(back.expires_at, t.expires_at);
+            proptest::prop_assert_eq!(back.ttl, Duration::from_millis(ceil_millis(t.ttl)));
+        }
+    }
 }

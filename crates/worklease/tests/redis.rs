@@ -11,8 +11,6 @@
 
 #![cfg(feature = "redis")]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,7 +25,10 @@ use worklease::{AcquireOptions, Config, Error, HolderId, LeaseStore, Leases, Wor
 
 #[path = "redis/batch.rs"]
 mod batch;
+#[path = "redis/server.rs"]
+mod server;
 use batch::{command_counts, ran_since};
+use server::{raw, OwnServer, READY};
 
 fn server_url() -> String {
     std::env::var("WORKLEASE_TEST_REDIS_URL")
@@ -44,15 +45,6 @@ fn unique_prefix() -> String {
 fn with_prefix(base: &str, prefix: &str) -> String {
     let sep = if base.contains('?') { '&' } else { '?' };
     format!("{base}{sep}prefix={prefix}")
-}
-
-/// A raw connection to the test server, beside the store.
-async fn raw(base: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(base)
-        .expect("valid URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("the test Redis server answers (see WORKLEASE_TEST_REDIS_URL)")
 }
 
 /// Deletes every key under a prefix when dropped.
@@ -483,100 +475,6 @@ async fn many_waiters_take_each_release_once() {
     );
 }
 
-/// A `redis-server` of the test's own, on a free port, stopped on drop.
-struct OwnServer {
-    child: Child,
-    port: u16,
-}
-
-impl OwnServer {
-    /// Starts `redis-server` with `args` on a free port and returns once
-    /// it logged `ready` (it logs to stdout with `--daemonize no`).
-    fn start(dir: &std::path::Path, port: Option<u16>, args: &[&str], ready: &str) -> Self {
-        let port = port.unwrap_or_else(|| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port()
-        });
-        let mut child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--daemonize",
-                "no",
-                "--save",
-                "",
-                "--dir",
-            ])
-            .arg(dir)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("redis-server is installed (apt-get install redis-server)");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let mut log = Vec::new();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    let done = line.contains(ready);
-                    log.push(line);
-                    if done {
-                        break;
-                    }
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!(
-                        "redis-server on port {port} stopped before {ready:?}:\n{}",
-                        log.join("\n")
-                    );
-                }
-            }
-        }
-        // Keep draining its log so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Self { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    /// `SHUTDOWN` (which writes the append-only file), then waits for the
-    /// process to exit.
-    async fn stop(mut self) {
-        let mut conn = raw(&self.url()).await;
-        // The server closes the connection instead of answering.
-        let _ = redis::cmd("SHUTDOWN").exec_async(&mut conn).await;
-        let status = tokio::task::spawn_blocking(move || {
-            let status = self.child.wait();
-            drop(self);
-            status
-        })
-        .await
-        .expect("join");
-        assert!(status.is_ok(), "redis-server exit: {status:?}");
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-const READY: &str = "Ready to accept connections";
-
 /// With `appendonly yes`, fencing tokens and checkpoints survive a restart
 /// of the server; a token from before the restart is still known.
 #[tokio::test]
@@ -767,7 +665,33 @@ async fn wait_for_replicas_refuses_unreplicated_acquisitions() {
         LeaseEnd::Expired
     );
     b.release(t2).await.expect("release");
-    b.release(t).await.expect("release");
+    // Every write waits: a renewal, a checkpoint and a release that no
+    // replica acknowledged fail with a store error (the lease layer
+    // retries them; the holder's deadline stays that of its last
+    // acknowledged extension).
+    let wait_b = HolderId::new("wait-b").expect("holder");
+    let work_id = id(work);
+    let lease = LeaseRef {
+        work_id: &work_id,
+        holder_id: &wait_b,
+        fencing_token: t.fencing_token(),
+    };
+    let unreplicated = |what: &str, r: Result<(), Error>| match r {
+        Err(Error::Store(e)) => assert!(
+            e.message.contains(what) && e.message.contains("replicas"),
+            "{e}"
+        ),
+        other => panic!("{what} without replicas: {other:?}"),
+    };
+    unreplicated("renew", store.renew(lease, ttl).await.map(drop));
+    let data = Bytes::from_static(b"unreplicated");
+    unreplicated(
+        "checkpoint",
+        store.checkpoint(lease, ttl, data).await.map(drop),
+    );
+    unreplicated("release", store.release(lease).await);
+    // The release did apply on the primary (it is not undone).
+    assert!(matches!(b.release(t).await, Err(Error::Expired { .. })));
 
     // A primary with one replica acknowledges.
     let dir = tempfile::tempdir().expect("tempdir");

@@ -5,7 +5,9 @@
 //! * `cargo test -p worklease --test simulation -- --nocapture` runs the
 //!   default seeds per store and prints figures;
 //! * `WORKLEASE_SIM_SEEDS=N` runs N seeds per store (long runs), from
-//!   `WORKLEASE_SIM_SEED_BASE` (default 0);
+//!   `WORKLEASE_SIM_SEED_BASE` (default 0), on every core, with a line of
+//!   progress every 10 s (a release build runs many times faster:
+//!   `cargo test --release -p worklease --features testkit --test simulation`);
 //! * `WORKLEASE_SIM_SEED=S WORKLEASE_SIM_STORE=memory` replays one seed on
 //!   one store (the command a failure prints);
 //! * `WORKLEASE_SIM_MUTANT=<name>` puts one of this file's broken store
@@ -40,6 +42,13 @@ fn campaign(backend: Backend, default_seeds: u64) {
         return;
     }
     let mut c = Campaign::new(backend, sim::seeds_from_env(default_seeds));
+    if std::env::var_os("WORKLEASE_SIM_SEEDS").is_some() {
+        // A long campaign: every core, and a line of progress now and then.
+        c.progress = Some(std::time::Duration::from_secs(10));
+    } else {
+        // The test harness already runs the campaigns side by side.
+        c.workers = 1;
+    }
     if let Ok(name) = std::env::var("WORKLEASE_SIM_MUTANT") {
         c.config.wrap = Some(mutants::by_name(&name));
         c.replay_env = format!("WORKLEASE_SIM_MUTANT={name}");

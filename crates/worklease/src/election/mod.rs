@@ -64,7 +64,7 @@ use crate::token::Token;
 mod campaign;
 mod leadership;
 mod observe;
-mod record;
+pub(crate) mod record;
 mod step_down;
 mod term;
 

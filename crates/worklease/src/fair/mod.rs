@@ -53,7 +53,7 @@ use crate::renewal::RenewalOptions;
 use crate::store::{Handoff, LeaseInfo, LeaseStore};
 use crate::token::Token;
 
-mod line;
+pub(crate) mod line;
 
 pub(crate) use line::LettingGo;
 use line::{decode, encode, free_slot, Entry, Hold, Line};

@@ -199,8 +199,9 @@
 
 use std::path::PathBuf;
 #[cfg(feature = "sqlite")]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -558,6 +559,13 @@ pub struct Campaign {
     /// issues: counted and listed with their replay commands, but they do
     /// not fail a seed. Any other violation does.
     pub known_issues: Vec<&'static str>,
+    /// How many threads run seeds at once (each seed runs alone on its own
+    /// current-thread runtime, so the outcome of a seed does not depend on
+    /// it); default: the machine's available parallelism.
+    pub workers: usize,
+    /// How often a line of progress (seeds done, rate, failures so far)
+    /// goes to stderr while the campaign runs; `None` (the default): never.
+    pub progress: Option<Duration>,
 }
 
 /// The outcome of a [`Campaign`].
@@ -586,39 +594,100 @@ impl Campaign {
             replay_env: String::new(),
             max_failures: 3,
             known_issues: Vec::new(),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            progress: None,
         }
     }
 
-    /// Runs the seeds in order (stopping after `max_failures` failures).
+    /// Runs the seeds on [`Campaign::workers`] threads, each taking the
+    /// next seed not yet run, and stops taking seeds after
+    /// `max_failures` failures. The failures are reported in seed order,
+    /// each with its replay command.
     pub fn run(&self) -> CampaignReport {
         let started = std::time::Instant::now();
-        let mut totals = Stats::default();
-        let mut failures = Vec::new();
-        let mut known = Vec::new();
-        for &seed in &self.seeds {
-            let report = run_with_env(&self.backend, &self.config, seed, &self.replay_env);
-            totals.merge(&report.stats);
-            let (old, new): (Vec<&Violation>, Vec<&Violation>) = report
-                .violations
-                .iter()
-                .partition(|v| self.known_issues.contains(&v.code));
-            for v in old {
-                known.push((seed, report.replay.clone(), v.clone()));
-            }
-            if !new.is_empty() {
-                failures.push(report);
-                if failures.len() >= self.max_failures {
-                    break;
+        let next = AtomicUsize::new(0);
+        let failed = AtomicUsize::new(0);
+        let done = AtomicUsize::new(0);
+        let finished = AtomicBool::new(false);
+        let outcomes: Mutex<CampaignReport> = Mutex::new(CampaignReport {
+            store: self.backend.name().to_string(),
+            totals: Stats::default(),
+            failures: Vec::new(),
+            known: Vec::new(),
+            elapsed: Duration::ZERO,
+        });
+        let (next, failed, done, finished, outcomes) =
+            (&next, &failed, &done, &finished, &outcomes);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..self.workers.max(1))
+                .map(|_| {
+                    scope.spawn(move || {
+                        while failed.load(Ordering::SeqCst) < self.max_failures {
+                            let i = next.fetch_add(1, Ordering::SeqCst);
+                            let Some(&seed) = self.seeds.get(i) else {
+                                break;
+                            };
+                            let report =
+                                run_with_env(&self.backend, &self.config, seed, &self.replay_env);
+                            let mut out = outcomes.lock().unwrap_or_else(|p| p.into_inner());
+                            out.totals.merge(&report.stats);
+                            let (old, new): (Vec<&Violation>, Vec<&Violation>) = report
+                                .violations
+                                .iter()
+                                .partition(|v| self.known_issues.contains(&v.code));
+                            for v in old {
+                                out.known.push((seed, report.replay.clone(), v.clone()));
+                            }
+                            if !new.is_empty() {
+                                failed.fetch_add(1, Ordering::SeqCst);
+                                out.failures.push(report);
+                            }
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            let progress = self.progress.map(|every| {
+                scope.spawn(move || loop {
+                    std::thread::park_timeout(every);
+                    if finished.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let n = done.load(Ordering::SeqCst);
+                    let secs = started.elapsed().as_secs_f64().max(1e-9);
+                    eprintln!(
+                        "simulation of the {} store: {n} of {} seeds in {secs:.0}s ({:.0}/s), {} failed",
+                        self.backend.name(),
+                        self.seeds.len(),
+                        n as f64 / secs,
+                        failed.load(Ordering::SeqCst)
+                    );
+                })
+            });
+            for worker in workers {
+                if let Err(panic) = worker.join() {
+                    std::panic::resume_unwind(panic);
                 }
             }
-        }
-        CampaignReport {
-            store: self.backend.name().to_string(),
-            totals,
-            failures,
-            known,
-            elapsed: started.elapsed(),
-        }
+            finished.store(true, Ordering::SeqCst);
+            if let Some(p) = progress {
+                p.thread().unpark();
+            }
+        });
+        let mut report = std::mem::replace(
+            &mut *outcomes.lock().unwrap_or_else(|p| p.into_inner()),
+            CampaignReport {
+                store: String::new(),
+                totals: Stats::default(),
+                failures: Vec::new(),
+                known: Vec::new(),
+                elapsed: Duration::ZERO,
+            },
+        );
+        report.failures.sort_by_key(|r| r.seed);
+        report.failures.truncate(self.max_failures);
+        report.elapsed = started.elapsed();
+        report
     }
 }
 

@@ -56,6 +56,8 @@ pub mod register;
 pub(crate) mod sql_rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(any(feature = "etcd-tls", feature = "redis-tls"))]
+pub(crate) mod tls_files;
 pub mod url;
 pub(crate) mod url_parts;
 

@@ -6,7 +6,7 @@
 //! | `memory:` or `memory://` | a new, empty in-memory store ([`MemoryStore`]), private to the process that opens it |
 //! | `postgres://user@host:port/db?table=NAME` or `postgresql://…` | the PostgreSQL store (`store::postgres::PostgresStore`, feature `postgres`): tokio-postgres's connection settings plus `table` (default `worklease_leases`); connects on first use |
 //! | `mysql://user[:password]@host:port/db?table=NAME` or `mariadb://…` | the MySQL / MariaDB store (`store::mysql::MysqlStore`, feature `mysql`): mysql_async's connection settings plus `table` (default `worklease_leases`) and `ssl-mode=DISABLED\|REQUIRED\|VERIFY_CA\|VERIFY_IDENTITY` with `ssl-ca=PATH` (feature `mysql-tls`); connects on first use; no notifications (waiters poll) |
-//! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://` (TLS) is refused with a reason |
+//! | `redis://[user:password@]host:port/db?prefix=P` | the Redis store (`store::redis::RedisStore`, feature `redis`): key prefix `P` (default `worklease:`), optional `wait_replicas=N&wait_timeout_ms=T`; connects on first use. `rediss://…?cacert=PATH[&cert=PATH&key=PATH]` is the same over TLS (feature `redis-tls`; the system's roots without `cacert`); `redis+sentinel://[user:password@]s1:26379,s2:26379,…/PRIMARY[/db]?prefix=P` (and `rediss+sentinel://`) follows the primary that the sentinels name; `redis+cluster://[user:password@]h1:7000,h2:7001,…/?prefix=P` runs on a Redis Cluster |
 //! | `s3://BUCKET[/PREFIX]?endpoint=URL&region=R` | the object-storage store (`store::object::S3Config`, feature `object-store`) on S3 or an S3-compatible server: one object per work ID under PREFIX (default `worklease`); credentials from the `AWS_*` environment variables, never from the URL |
 //! | `azblob://CONTAINER[/PREFIX]?endpoint=URL&account=NAME` | the object-storage store on Azure Blob Storage (`store::object::AzureConfig`, feature `azure`): one blob per work ID under PREFIX (default `worklease`); `endpoint` for an emulator (Azurite: `http://HOST:PORT/ACCOUNT`); the account from the URL or `AZURE_STORAGE_ACCOUNT_NAME`; credentials from the standard `AZURE_*` variables, never from the URL |
 //! | `dynamodb://TABLE?region=R&endpoint=URL&prefix=P&create=true` | the DynamoDB store (`store::dynamodb::DynamoConfig`, feature `dynamodb`): one item per work ID in TABLE under key prefix `P` (default `worklease`); `endpoint` only for a local or compatible server; `create=true` makes a missing table (development); credentials from the standard AWS sources, never from the URL; connects on first use |
@@ -405,7 +405,8 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
         }
         "postgres" | "postgresql" => postgres_spec(url),
         "mysql" | "mariadb" => mysql_spec(url),
-        "redis" | "rediss" => redis_spec(url),
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => redis_spec(url),
         "s3" => s3_spec(url),
         "etcd" | "etcds" => etcd_spec(url),
         "dynamodb" => dynamodb_spec(url),

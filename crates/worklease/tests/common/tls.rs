@@ -26,3 +26,23 @@ pub(crate) fn signed_cert(
         .expect("certificate");
     (cert.pem(), key.serialize_pem())
 }
+
+/// Acquires `work` with `leases`, checkpoints it and reads the checkpoint
+/// back, each over the (TLS) connection under test; returns the token,
+/// still held.
+pub(crate) async fn checkpoint_round_trip(
+    leases: &worklease::Leases,
+    work: &str,
+) -> worklease::Token {
+    let t = leases
+        .acquire(work, worklease::AcquireOptions::new())
+        .await
+        .expect("acquire over TLS");
+    let t = leases
+        .checkpoint(&t, &b"over TLS"[..])
+        .await
+        .expect("checkpoint over TLS");
+    let c = leases.read_checkpoint(&t).await.expect("read over TLS");
+    assert_eq!(c.data.as_deref(), Some(&b"over TLS"[..]));
+    t
+}

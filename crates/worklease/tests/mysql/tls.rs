@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use worklease::store::mysql::mysql_async::{self, prelude::Queryable};
 use worklease::store::mysql::MysqlStore;
-use worklease::AcquireOptions;
 
 use super::common_tls::{signed_cert, test_ca};
 use super::server::{Server, ServerTls};
@@ -47,16 +46,7 @@ async fn lifecycle_over_tls(url: &str, table: &str) {
     assert!(!text.is_empty(), "the connection is plain ({url})");
     let store = Arc::new(store);
     let a = leases(store.clone(), "tls-a", Duration::from_secs(30));
-    let t = a
-        .acquire("jobs/tls", AcquireOptions::new())
-        .await
-        .expect("acquire over TLS");
-    let t = a
-        .checkpoint(&t, &b"over TLS"[..])
-        .await
-        .expect("checkpoint over TLS");
-    let c = a.read_checkpoint(&t).await.expect("read over TLS");
-    assert_eq!(c.data.as_deref(), Some(&b"over TLS"[..]));
+    let t = super::common_tls::checkpoint_round_trip(&a, "jobs/tls").await;
     a.release(t).await.expect("release over TLS");
 }
 

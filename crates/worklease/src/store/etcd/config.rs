@@ -40,53 +40,10 @@ pub struct EtcdConfig {
     pub(super) tls: Option<Tls>,
 }
 
-/// A PEM file named in an `etcds://` URL, and its contents as read when
-/// the URL was parsed.
-#[cfg(feature = "etcd-tls")]
-#[derive(Clone, PartialEq, Eq)]
-pub(super) struct PemFile {
-    pub(super) path: std::path::PathBuf,
-    pem: Vec<u8>,
-}
-
-#[cfg(feature = "etcd-tls")]
-impl PemFile {
-    /// Reads `path` (named `what` in errors: `cacert`, `cert` or `key`)
-    /// and checks that it holds PEM certificates, or a PEM private key
-    /// when `what` is `key`. The reason names the file, never its
-    /// contents.
-    pub(super) fn read(what: &str, path: std::path::PathBuf) -> std::result::Result<Self, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-        let shown = path.display().to_string();
-        let pem = std::fs::read(&path).map_err(|e| format!("cannot read {what} {shown}: {e}"))?;
-        let valid = if what == "key" {
-            PrivateKeyDer::from_pem_slice(&pem).is_ok()
-        } else {
-            let mut certs = CertificateDer::pem_slice_iter(&pem).peekable();
-            certs.peek().is_some() && certs.all(|c| c.is_ok())
-        };
-        if !valid {
-            let holds = if what == "key" {
-                "a PEM private key"
-            } else {
-                "PEM certificates"
-            };
-            return Err(format!("{what} {shown} does not hold {holds}"));
-        }
-        Ok(Self { path, pem })
-    }
-}
-
 /// TLS settings: the certificates to trust (`None`: the system's roots)
 /// and an optional client certificate and key.
 #[cfg(feature = "etcd-tls")]
-#[derive(Clone, PartialEq, Eq, Default)]
-pub(super) struct Tls {
-    pub(super) ca: Option<PemFile>,
-    pub(super) identity: Option<(PemFile, PemFile)>,
-}
+pub(super) use crate::store::tls_files::TlsFiles as Tls;
 
 impl std::fmt::Debug for EtcdConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

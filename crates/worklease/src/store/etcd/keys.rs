@@ -185,4 +185,27 @@ mod tests {
         assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
         assert_eq!(prefix_end(b"\xff"), vec![0]);
     }
+
+    proptest::proptest! {
+        /// The keys of any two valid work IDs stay under the prefix, keep
+        /// the ID one segment, map back to their ID, and differ when the
+        /// IDs differ.
+        #[test]
+        fn keys_stay_under_the_prefix_and_are_injective(
+            a in crate::limits::arbitrary::work_id(),
+            b in crate::limits::arbitrary::work_id(),
+        ) {
+            let (ka, kb) = (EtcdKeys::new("p/", &a), EtcdKeys::new("p/", &b));
+            for (k, id) in [(&ka, &a), (&kb, &b)] {
+                for (key, kind) in [(&k.live, LIVE), (&k.acquisition, ACQ), (&k.state, STATE), (&k.checkpoint, CKPT)] {
+                    let rest = key.strip_prefix(&format!("p/{kind}"));
+                    proptest::prop_assert!(rest.is_some_and(|r| !r.is_empty() && !r.contains('/')), "{}", key);
+                }
+                proptest::prop_assert_eq!(live_key("p/", id), k.live.clone());
+                proptest::prop_assert_eq!(live_key_len("p/", id), k.live.len());
+                proptest::prop_assert_eq!(work_id_of("p/", ACQ, k.acquisition.as_bytes()), Some(id.clone()));
+            }
+            proptest::prop_assert_eq!(a == b, ka.acquisition == kb.acquisition);
+        }
+    }
 }

@@ -10,9 +10,9 @@ use crate::error::Result;
 use crate::store::url_parts::redact;
 use crate::store::url_parts::url_error;
 
-use super::config::{bad_endpoint, check_prefix, host_port, with_slash};
 #[cfg(feature = "etcd-tls")]
-use super::config::{PemFile, Tls};
+use super::config::Tls;
+use super::config::{bad_endpoint, check_prefix, host_port, with_slash};
 #[cfg(doc)]
 use super::DEFAULT_PORT;
 use super::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT};
@@ -193,21 +193,7 @@ impl EtcdConfig {
             false => None,
             true => {
                 let [ca, cert, key] = files;
-                let read = |what: &str, path: String| {
-                    PemFile::read(what, path.into()).map_err(|why| url_error(url, why))
-                };
-                let identity = match (cert, key) {
-                    (Some(cert), Some(key)) => Some((read("cert", cert)?, read("key", key)?)),
-                    (None, None) => None,
-                    _ => {
-                        return Err(url_error(
-                            url,
-                            "a client certificate needs both cert=PATH and key=PATH",
-                        ))
-                    }
-                };
-                let ca = ca.map(|ca| read("cacert", ca)).transpose()?;
-                Some(Tls { ca, identity })
+                Some(Tls::read(ca, cert, key).map_err(|why| url_error(url, why))?)
             }
         };
         Ok(Self {
@@ -242,16 +228,8 @@ impl EtcdConfig {
         let scheme = match &self.tls {
             None => "etcd",
             Some(tls) => {
-                let mut file = |name: &str, f: &PemFile| {
-                    let path = f.path.to_string_lossy();
+                for (name, path) in tls.params() {
                     params.push(format!("{name}={}", enc(&path)));
-                };
-                if let Some(ca) = &tls.ca {
-                    file("cacert", ca);
-                }
-                if let Some((cert, key)) = &tls.identity {
-                    file("cert", cert);
-                    file("key", key);
                 }
                 "etcds"
             }

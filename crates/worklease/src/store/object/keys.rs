@@ -148,4 +148,15 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains(&MAX_PREFIX_BYTES.to_string()), "{e}");
     }
+
+    proptest::proptest! {
+        /// Every valid work ID escapes to one object key segment that is no
+        /// relative path (`.`, `..`) and unescapes to itself.
+        #[test]
+        fn escaping_round_trips_and_stays_one_segment(id in crate::limits::arbitrary::work_id()) {
+            let e = escape(id.as_str());
+            proptest::prop_assert!(!e.contains('/') && e != "." && e != "..", "{:?} -> {:?}", id, e);
+            proptest::prop_assert_eq!(unescape(&e), Some(id));
+        }
+    }
 }

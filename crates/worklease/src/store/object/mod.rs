@@ -213,3 +213,19 @@ pub const RETRY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The leases of an object store: the generic register adapter over an
 /// [`ObjectRegister`].
 pub type ObjectLeaseStore = RegisterStore<ObjectRegister>;
+
+/// The fuzz target of object keys (`crate::fuzz::object_key`): a segment
+/// that unescapes to a work ID is that work ID's own escaping.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_key(data: &[u8]) {
+    let Ok(segment) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Some(id) = keys::unescape(segment) {
+        assert_eq!(
+            keys::escape(id.as_str()),
+            segment,
+            "only the canonical escaping is ours"
+        );
+    }
+}

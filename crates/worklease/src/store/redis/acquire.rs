@@ -38,14 +38,14 @@ impl RedisStore {
         holder_id: &HolderId,
         ttl: Duration,
     ) -> Result<Vec<Result<Grant>>> {
-        let connections = self.connections().await?;
+        self.connections().await?;
         self.first_subscription().await;
-        let (reply, acked) = match (&connections.acquire, self.config.wait) {
-            (Some(conn), Some(wait)) => {
-                let (reply, acked) = self.run_and_wait(conn, invocation, wait, what).await?;
+        let (reply, acked) = match self.config.wait {
+            Some(wait) => {
+                let (reply, acked) = self.run_and_wait(invocation, wait, what).await?;
                 (reply, Some((acked, wait)))
             }
-            _ => (self.run(invocation, what).await?, None),
+            None => (self.run(invocation, what).await?, None),
         };
         let replies = match replies {
             Replies::One => vec![reply],

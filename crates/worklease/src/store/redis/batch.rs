@@ -3,6 +3,7 @@
 //! lease's reply in the single script's encoding (the batch and single
 //! scripts call the same functions of `common.lua`).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use redis::{ScriptInvocation, Value};
@@ -12,6 +13,7 @@ use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::{Grant, LeaseRef};
 
 use super::acquire::Replies;
+use super::conn::slot;
 use super::keys::{KeyWriter, Kind};
 use super::reply::{array, bad_reply};
 use super::scripts::{lease_outcome, SCRIPTS};
@@ -22,9 +24,40 @@ use super::RedisStore;
 pub const MAX_BATCH: usize = 100;
 
 impl RedisStore {
-    /// `acquire_many`: one `acquire_many.lua` call (and one `WAIT` after
-    /// it with a replica wait).
+    /// `acquire_many` on a Cluster: one call per run of consecutive work
+    /// IDs in one hash slot (a script names keys of one slot only), in
+    /// order, each with the grants still wanted; elsewhere one call.
     pub(super) async fn acquire_batch(
+        &self,
+        work_ids: &[WorkId],
+        holder_id: &HolderId,
+        ttl: Duration,
+        max: usize,
+    ) -> Result<Vec<Result<Grant>>> {
+        if !self.is_cluster() {
+            return self.acquire_slot(work_ids, holder_id, ttl, max).await;
+        }
+        let mut out = Vec::new();
+        let mut granted = 0;
+        let mut start = 0;
+        while start < work_ids.len() && granted < max {
+            let slot = slot_of(&work_ids[start]);
+            let end = (start..work_ids.len())
+                .find(|&i| slot_of(&work_ids[i]) != slot)
+                .unwrap_or(work_ids.len());
+            let part = self
+                .acquire_slot(&work_ids[start..end], holder_id, ttl, max - granted)
+                .await?;
+            granted += part.iter().filter(|r| r.is_ok()).count();
+            out.extend(part);
+            start = end;
+        }
+        Ok(out)
+    }
+
+    /// `acquire_many` of work IDs in one slot: one `acquire_many.lua` call
+    /// (and one `WAIT` after it with a replica wait).
+    async fn acquire_slot(
         &self,
         work_ids: &[WorkId],
         holder_id: &HolderId,
@@ -53,8 +86,27 @@ impl RedisStore {
         .await
     }
 
-    /// `renew_many`: one `renew_many.lua` call.
+    /// `renew_many`: one call per hash slot on a Cluster, else one call.
     pub(super) async fn renew_batch(
+        &self,
+        leases: &[LeaseRef<'_>],
+        ttl: Duration,
+    ) -> Result<Vec<Result<SystemTime>>> {
+        let Some(groups) = self.slot_groups(leases) else {
+            return self.renew_slot(leases, ttl).await;
+        };
+        let mut out: Vec<Option<Result<SystemTime>>> = leases.iter().map(|_| None).collect();
+        for group in groups {
+            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
+            for (i, r) in group.into_iter().zip(self.renew_slot(&part, ttl).await?) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out.into_iter().map(missing).collect())
+    }
+
+    /// `renew_many` of leases in one slot: one `renew_many.lua` call.
+    async fn renew_slot(
         &self,
         leases: &[LeaseRef<'_>],
         ttl: Duration,
@@ -79,9 +131,24 @@ impl RedisStore {
             .collect())
     }
 
-    /// `release_many`: one `release_many.lua` call, which publishes each
-    /// released work ID.
+    /// `release_many`: one call per hash slot on a Cluster, else one call.
     pub(super) async fn release_batch(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
+        let Some(groups) = self.slot_groups(leases) else {
+            return self.release_slot(leases).await;
+        };
+        let mut out: Vec<Option<Result<()>>> = leases.iter().map(|_| None).collect();
+        for group in groups {
+            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
+            for (i, r) in group.into_iter().zip(self.release_slot(&part).await?) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out.into_iter().map(missing).collect())
+    }
+
+    /// `release_many` of leases in one slot: one `release_many.lua` call,
+    /// which publishes each released work ID.
+    async fn release_slot(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -103,6 +170,19 @@ impl RedisStore {
             .collect())
     }
 
+    /// On a Cluster, the indexes of `leases` grouped by hash slot (in
+    /// order within each group); `None` elsewhere.
+    fn slot_groups(&self, leases: &[LeaseRef<'_>]) -> Option<Vec<Vec<usize>>> {
+        if !self.is_cluster() {
+            return None;
+        }
+        let mut groups: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
+        for (i, lease) in leases.iter().enumerate() {
+            groups.entry(slot_of(lease.work_id)).or_default().push(i);
+        }
+        Some(groups.into_values().collect())
+    }
+
     /// Runs a batch script over `n` leases; returns each lease's reply.
     async fn run_batch(
         &self,
@@ -111,7 +191,7 @@ impl RedisStore {
         n: usize,
     ) -> Result<Vec<Vec<Value>>> {
         let replies: Vec<Vec<Value>> = self
-            .run(invocation, what)
+            .run_write(invocation, what)
             .await?
             .into_iter()
             .map(array)
@@ -124,4 +204,14 @@ impl RedisStore {
         }
         Ok(replies)
     }
+}
+
+/// The hash slot of `work_id`'s keys (their hash tag is the escaped ID).
+fn slot_of(work_id: &WorkId) -> u16 {
+    slot(super::keys::escape(work_id.as_str()).as_bytes())
+}
+
+/// A lease's outcome, or a reply error when a slot's call left it out.
+fn missing<T>(r: Option<Result<T>>) -> Result<T> {
+    r.unwrap_or_else(|| Err(bad_reply("a batch left a lease without a reply")))
 }

@@ -1,6 +1,6 @@
 //! The configuration of the Redis store: its `redis://` URL (parsed,
 //! written back and redacted), the key prefix, the timeouts and the replica
-//! wait of acquisitions.
+//! wait of writes.
 
 use std::time::Duration;
 
@@ -9,8 +9,11 @@ use crate::limits::ceil_millis;
 use crate::store::url_parts::{redact, url_error};
 
 use super::keys;
+use super::topology::{self, Topology};
 #[cfg(doc)]
 use super::{RedisStore, MAX_PREFIX_BYTES};
+#[cfg(feature = "redis-tls")]
+use crate::store::tls_files::TlsFiles;
 
 /// The key prefix when none is given.
 pub const DEFAULT_PREFIX: &str = "worklease:";
@@ -23,8 +26,13 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
 /// The query parameters passed on to the `redis` crate.
 const CLIENT_PARAMS: &[&str] = &["protocol"];
+/// Why a Cluster store takes no replica wait.
+const CLUSTER_WAIT: &str =
+    "the replica wait (wait_replicas) is not supported on a Redis Cluster yet";
+/// The TLS parameters (`rediss://` only).
+const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
 
-/// The `WAIT` an acquisition runs before it counts as granted.
+/// The `WAIT` every write runs before it counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitForReplicas {
     /// How many replicas must acknowledge the acquisition.
@@ -39,9 +47,15 @@ pub struct WaitForReplicas {
 pub struct RedisConfig {
     /// The URL for the `redis` crate: the given one without our parameters.
     pub(super) server_url: String,
+    /// One server, or the sentinels of a primary (then `server_url` holds
+    /// the first sentinel's address, a placeholder).
+    pub(super) topology: Topology,
     pub(super) db: i64,
     pub(super) prefix: String,
     pub(super) wait: Option<WaitForReplicas>,
+    /// The TLS files of a `rediss://` URL (`None` for `redis://`).
+    #[cfg(feature = "redis-tls")]
+    pub(super) tls: Option<Box<TlsFiles>>,
     pub(super) connection_timeout: Duration,
     pub(super) response_timeout: Duration,
 }
@@ -73,7 +87,13 @@ fn checked_wait(replicas: u32, timeout: Duration) -> std::result::Result<WaitFor
 }
 
 impl RedisConfig {
-    /// Parses `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?PARAMS]`. The
+    /// Parses `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?PARAMS]`, or
+    /// `redis+sentinel://[USER:PASSWORD@]HOST[:PORT],HOST[:PORT].../PRIMARY[/DB][?PARAMS]`
+    /// (the sentinels, port 26379 by default, and the name they know the
+    /// primary by; the credentials are the primary's; `rediss://` and
+    /// `rediss+sentinel://` with TLS), or
+    /// `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT.../[?PARAMS]`
+    /// (Cluster nodes to start from; no TLS, no replica wait yet). The
     /// parameters: `prefix` (the key prefix, percent-decoded; default
     /// [`DEFAULT_PREFIX`]), `wait_replicas` and `wait_timeout_ms` (both or
     /// neither: see [`RedisConfig::wait_for_replicas`]), and `protocol`
@@ -81,37 +101,50 @@ impl RedisConfig {
     ///
     /// # Errors
     /// [`InvalidInput::StoreUrl`], with the URL redacted, for a URL that
-    /// does not parse, another scheme (`rediss://` included: no TLS in this
-    /// version), an unknown parameter, a bad database number, prefix or
+    /// does not parse, another scheme (`rediss://` in a build without
+    /// `redis-tls`, `rediss+cluster://`), a replica wait on a Cluster, an
+    /// unknown parameter, a bad database number, prefix or
     /// wait setting.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
-        let mut parsed = redis::parse_redis_url(url).ok_or_else(|| {
+        let (topology, one_server) = match topology::split(url) {
+            Some(split) => split.map_err(|why| url_error(url, why))?,
+            None => (Topology::Server, url.to_string()),
+        };
+        let mut parsed = redis::parse_redis_url(&one_server).ok_or_else(|| {
             url_error(
                 url,
                 "not a valid Redis URL: write redis://HOST:PORT/DB?prefix=PREFIX",
             )
         })?;
-        match parsed.scheme() {
-            "redis" => {}
-            "rediss" => {
-                return Err(url_error(
+        let tls =
+            match parsed.scheme() {
+                "redis" => false,
+                "rediss" if cfg!(feature = "redis-tls") => true,
+                "rediss" => return Err(url_error(
                     url,
-                    "TLS (rediss://) is not supported by this version of worklease's Redis store: \
-                     use redis:// on a trusted network or through a TLS tunnel",
-                ))
-            }
-            other => {
-                return Err(url_error(
-                    url,
-                    format!("the Redis store takes redis:// URLs, not {other}://"),
-                ))
-            }
+                    "TLS (rediss://) needs the cargo feature `redis-tls`, which this build lacks",
+                )),
+                other => {
+                    return Err(url_error(
+                        url,
+                        format!("the Redis store takes redis:// or rediss:// URLs, not {other}://"),
+                    ))
+                }
+            };
+        if parsed.fragment().is_some() {
+            return Err(url_error(
+                url,
+                "a URL fragment (such as #insecure) is not accepted: \
+                 certificates and host names are always verified",
+            ));
         }
         let mut prefix = DEFAULT_PREFIX.to_string();
         let mut replicas: Option<u32> = None;
         let mut wait_ms: Option<u64> = None;
         let mut kept = Vec::new();
+        // `cacert`, `cert` and `key`, percent-decoded.
+        let mut files: [Option<String>; 3] = [None, None, None];
         // A parameter given twice is refused: "last one wins" would let a
         // copy-paste slip put two fleets under two prefixes.
         let mut seen = std::collections::HashSet::new();
@@ -142,6 +175,10 @@ impl RedisConfig {
                         )
                     })?)
                 }
+                k if TLS_PARAMS.contains(&k) => {
+                    let i = TLS_PARAMS.iter().position(|p| *p == k).unwrap_or(0);
+                    files[i] = Some(value.into_owned());
+                }
                 k if CLIENT_PARAMS.contains(&k) => {
                     kept.push((key.into_owned(), value.into_owned()))
                 }
@@ -153,6 +190,7 @@ impl RedisConfig {
                             OUR_PARAMS
                                 .iter()
                                 .chain(CLIENT_PARAMS)
+                                .chain(TLS_PARAMS)
                                 .copied()
                                 .collect::<Vec<_>>()
                                 .join(", ")
@@ -161,6 +199,21 @@ impl RedisConfig {
                 }
             }
         }
+        if !tls && files.iter().any(Option::is_some) {
+            return Err(url_error(
+                url,
+                "cacert, cert and key are TLS settings: write rediss:// to use TLS",
+            ));
+        }
+        #[cfg(feature = "redis-tls")]
+        let tls = match tls {
+            false => None,
+            true => {
+                let [ca, cert, key] = files;
+                let files = TlsFiles::read(ca, cert, key).map_err(|why| url_error(url, why))?;
+                Some(Box::new(files))
+            }
+        };
         parsed.set_query(None);
         if !kept.is_empty() {
             parsed.query_pairs_mut().extend_pairs(kept);
@@ -184,11 +237,17 @@ impl RedisConfig {
                 ))
             }
         };
+        if wait.is_some() && matches!(topology, Topology::Cluster { .. }) {
+            return Err(url_error(url, CLUSTER_WAIT));
+        }
         Ok(Self {
             server_url,
+            topology,
             db,
             prefix,
             wait,
+            #[cfg(feature = "redis-tls")]
+            tls,
             connection_timeout: DEFAULT_CONNECTION_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
         })
@@ -219,19 +278,25 @@ impl RedisConfig {
         self.db
     }
 
-    /// Makes every successful acquisition wait with `WAIT replicas timeout`
-    /// until that many replicas have it, and fail with a store error when
-    /// fewer acknowledged it in time (see the module docs for what this
-    /// does and does not promise). `WAIT` is pipelined behind the acquire
-    /// script on a connection of its own, so that it covers that script's
-    /// writes even across a reconnection; an attempt that finds the lease
-    /// `Held` waits too, for the connection's earlier writes (at once when
-    /// the replicas keep up).
+    /// Makes every write (acquisition, renewal, checkpoint, release,
+    /// revocation, each batch) wait with `WAIT replicas timeout` until
+    /// that many replicas have it, and fail with a store error when fewer
+    /// acknowledged it in time (see "Replica wait" in the module docs for
+    /// what this does and does not promise, and what it costs). `WAIT` is
+    /// pipelined behind the script on a connection of its own, so that it
+    /// covers that script's writes even across a reconnection; a call that
+    /// wrote nothing (an attempt that finds the lease `Held`) waits too,
+    /// for the connection's earlier writes (at once when the replicas keep
+    /// up).
     ///
     /// # Errors
-    /// [`InvalidInput::Config`] for zero replicas or a timeout under 1 ms
-    /// (`WAIT` with timeout 0 would block forever).
+    /// [`InvalidInput::Config`] for zero replicas, a timeout under 1 ms
+    /// (`WAIT` with timeout 0 would block forever), or a Cluster store
+    /// (not supported yet).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Result<Self> {
+        if matches!(self.topology, Topology::Cluster { .. }) {
+            return Err(InvalidInput::Config(CLUSTER_WAIT.to_string()).into());
+        }
         self.wait = Some(checked_wait(replicas, timeout).map_err(InvalidInput::Config)?);
         Ok(self)
     }
@@ -242,7 +307,7 @@ impl RedisConfig {
             .is_some_and(|u| u.query_pairs().any(|(k, _)| k == "protocol"))
     }
 
-    /// The replica wait of acquisitions, if any.
+    /// The replica wait of writes, if any.
     pub fn get_wait_for_replicas(&self) -> Option<WaitForReplicas> {
         self.wait
     }
@@ -274,13 +339,18 @@ impl RedisConfig {
             ours.push(("wait_replicas", w.replicas.to_string()));
             ours.push(("wait_timeout_ms", ceil_millis(w.timeout).to_string()));
         }
-        match redis::parse_redis_url(&self.server_url) {
+        #[cfg(feature = "redis-tls")]
+        if let Some(tls) = &self.tls {
+            ours.extend(tls.params());
+        }
+        let url = match redis::parse_redis_url(&self.server_url) {
             Some(mut u) if !ours.is_empty() => {
                 u.query_pairs_mut().extend_pairs(ours);
                 u.to_string()
             }
             _ => self.server_url.clone(),
-        }
+        };
+        topology::join(&self.topology, &url)
     }
 }
 
@@ -343,7 +413,11 @@ mod tests {
             "{}",
             reason("redis://h/notadb")
         );
-        assert!(reason("rediss://h/0").contains("TLS"));
+        if !cfg!(feature = "redis-tls") {
+            assert!(reason("rediss://h/0").contains("redis-tls"));
+        }
+        assert!(reason("redis://h/0?cacert=%2Fca.pem").contains("write rediss://"));
+        assert!(reason("redis://h/0#insecure").contains("always verified"));
         assert!(reason("redis://h/0?prefix=a%7Bb").contains("braces"));
         assert!(reason("redis://h/0?wait_replicas=1").contains("go together"));
         assert!(
@@ -351,6 +425,16 @@ mod tests {
         );
         assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=0").contains("at least 1ms"));
         assert!(reason("redis://h/0?wait_replicas=x&wait_timeout_ms=1").contains("whole number"));
+        assert!(
+            reason("redis+cluster://h1:7000,h2:7001/?wait_replicas=1&wait_timeout_ms=5")
+                .contains("not supported on a Redis Cluster")
+        );
+        let r = reason("redis+sentinel://app:s3cret@s1,s2/?prefix=p");
+        assert!(r.contains("primary's name") && !r.contains("s3cret"), "{r}");
+        let c = RedisConfig::from_url("redis+sentinel://app:s3cret@s1,s2/main/2?prefix=p").unwrap();
+        assert_eq!((c.db(), c.get_prefix()), (2, "p"));
+        assert_eq!(RedisConfig::from_url(&c.to_url()).unwrap(), c);
+        assert!(!format!("{c:?}").contains("s3cret"), "{c:?}");
         let c = RedisConfig::from_url("redis://:pw@h/0").unwrap();
         assert!(!format!("{c:?}").contains("pw@"), "{c:?}");
         let store = RedisStore::new(c).unwrap();

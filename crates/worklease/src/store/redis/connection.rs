@@ -3,31 +3,23 @@
 //! and the subscriber task started with the first waiter.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::ProtocolVersion;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
-#[cfg(doc)]
-use crate::error::StoreError;
+use crate::error::{Result, StoreError};
 use crate::limits::WorkId;
-use crate::store::url_parts::redact;
 
+use super::conn::Conn;
 use super::keys::{self, LeaseKeys};
+use super::primary::{Connections, Target};
 use super::reply::store_err;
+use super::sentinel::Sentinels;
 use super::subscriber::{SubState, Subscription, Wakeups};
+use super::topology::Topology;
 use super::RedisConfig;
-
-/// The connections of a store, opened with its first operation.
-pub(super) struct Connections {
-    /// Every script runs here (multiplexed: concurrent calls share it).
-    pub(super) main: ConnectionManager,
-    /// Acquisitions followed by `WAIT`, when a replica wait is set.
-    pub(super) acquire: Option<ConnectionManager>,
-}
 
 /// The Redis store. See the module docs for its guarantees and what Redis
 /// cannot promise. Share one value per process (in an `Arc`): each value
@@ -35,8 +27,14 @@ pub(super) struct Connections {
 /// waiters.
 pub struct RedisStore {
     pub(super) config: RedisConfig,
-    client: redis::Client,
-    connections: tokio::sync::OnceCell<Connections>,
+    /// Where the commands go.
+    pub(super) target: Target,
+    /// The open connections, once the first operation opened them.
+    pub(super) connections: std::sync::Mutex<Option<Arc<Connections>>>,
+    /// Held while connections are opened or replaced.
+    pub(super) opening: tokio::sync::Mutex<()>,
+    /// Whether the server's settings were checked (once per store).
+    pub(super) checked: std::sync::atomic::AtomicBool,
     pub(super) wakeups: Arc<Wakeups>,
     /// The subscriber task's state, once a waiter started it.
     subscription: std::sync::Mutex<Option<watch::Receiver<SubState>>>,
@@ -78,12 +76,59 @@ impl RedisStore {
                 .set_protocol(ProtocolVersion::RESP3);
             info = info.set_redis_settings(settings);
         }
-        let client =
-            redis::Client::open(info).map_err(|e| store_err("invalid connection settings", e))?;
+        #[cfg(feature = "redis-tls")]
+        let client = match &config.tls {
+            Some(tls) => super::tls::client(info, tls),
+            None => redis::Client::open(info),
+        };
+        #[cfg(not(feature = "redis-tls"))]
+        let client = redis::Client::open(info);
+        let client = client.map_err(|e| store_err("invalid connection settings", e))?;
+        let target = match &config.topology {
+            Topology::Server => Target::Server(Box::new(client.clone())),
+            Topology::Cluster { nodes } => {
+                let info = client.get_connection_info();
+                let settings = info.redis_settings();
+                let mut infos = Vec::new();
+                for (host, port) in nodes {
+                    let node = info
+                        .clone()
+                        .set_addr(redis::ConnectionAddr::Tcp(host.clone(), *port));
+                    infos.push(node);
+                }
+                let mut builder = redis::cluster::ClusterClient::builder(infos.clone())
+                    .connection_timeout(config.connection_timeout)
+                    .response_timeout(config.response_timeout)
+                    .use_protocol(settings.protocol());
+                if let Some(user) = settings.username() {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = settings.password() {
+                    builder = builder.password(password);
+                }
+                let cluster = builder
+                    .build()
+                    .map_err(|e| store_err("invalid Cluster settings", e))?;
+                let nodes = infos
+                    .into_iter()
+                    .map(redis::Client::open)
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(|e| store_err("invalid Cluster settings", e))?;
+                Target::Cluster(Arc::new((cluster, nodes)))
+            }
+            Topology::Sentinel { sentinels, master } => Target::Sentinel(Arc::new(Sentinels {
+                sentinels: sentinels.clone(),
+                master: master.clone(),
+                template: client.get_connection_info().clone(),
+                timeout: config.connection_timeout,
+            })),
+        };
         Ok(Self {
             config,
-            client,
-            connections: tokio::sync::OnceCell::new(),
+            target,
+            connections: std::sync::Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            checked: std::sync::atomic::AtomicBool::new(false),
             wakeups: Arc::new(Wakeups::default()),
             subscription: std::sync::Mutex::new(None),
             stop: CancellationToken::new(),
@@ -132,46 +177,17 @@ impl RedisStore {
     /// for diagnostics and benchmarks beside the store's own calls.
     ///
     /// # Errors
-    /// As [`RedisStore::ready`].
+    /// As [`RedisStore::ready`]; a [`StoreError`] for a Cluster store,
+    /// which has no single command connection.
     pub async fn connection(&self) -> Result<ConnectionManager> {
-        Ok(self.connections().await?.main.clone())
-    }
-
-    async fn manager(&self, response_timeout: Duration) -> Result<ConnectionManager> {
-        // One reconnection attempt per failed command, not the client's
-        // six with exponential back-off (about 6 s before a command fails
-        // on a stopped server): the store's callers retry on their own
-        // schedule (a renewal within its lease window, an observer every
-        // poll interval) and must hear of an outage while it matters.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.config.connection_timeout))
-            .set_response_timeout(Some(response_timeout))
-            .set_number_of_retries(1);
-        ConnectionManager::new_with_config(self.client.clone(), config)
-            .await
-            .map_err(|e| {
-                store_err(
-                    &format!("cannot connect to {}", redact(&self.config.server_url)),
-                    e,
-                )
-            })
-    }
-
-    pub(super) async fn connections(&self) -> Result<&Connections> {
-        self.connections
-            .get_or_try_init(|| async {
-                let main = self.manager(self.config.response_timeout).await?;
-                let acquire = match self.config.wait {
-                    Some(w) => Some(
-                        self.manager(self.config.response_timeout + w.timeout)
-                            .await?,
-                    ),
-                    None => None,
-                };
-                warn_on_eviction_policy(&main).await;
-                Ok(Connections { main, acquire })
-            })
-            .await
+        match &self.connections().await?.main {
+            Conn::One(c) => Ok(c.clone()),
+            Conn::Cluster(_) => Err(StoreError::new(
+                super::KIND,
+                "a Redis Cluster store has no single command connection",
+            )
+            .into()),
+        }
     }
 
     /// Starts the subscriber task if it is not running; false where it
@@ -186,17 +202,8 @@ impl RedisStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        // Pub/sub on RESP2: a connection of its own in subscriber mode.
-        let info = self.client.get_connection_info().clone();
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP2);
-        let Ok(client) = redis::Client::open(info.set_redis_settings(settings)) else {
-            return false;
-        };
         let subscription = Subscription {
-            client,
+            target: self.target.clone(),
             channel: self.channel(),
             connection_timeout: self.config.connection_timeout,
             response_timeout: self.config.response_timeout,
@@ -225,31 +232,5 @@ impl RedisStore {
 
     pub(super) fn channel(&self) -> String {
         keys::channel(&self.config.prefix, self.config.db)
-    }
-}
-
-/// Warns when the server may evict keys that must never go.
-async fn warn_on_eviction_policy(conn: &ConnectionManager) {
-    let mut conn = conn.clone();
-    let policy: redis::RedisResult<std::collections::HashMap<String, String>> =
-        redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
-            .query_async(&mut conn)
-            .await;
-    match policy {
-        Ok(p) => {
-            if let Some(policy) = p
-                .get("maxmemory-policy")
-                .filter(|p| p.starts_with("allkeys"))
-            {
-                tracing::warn!(
-                    policy = %policy,
-                    "Redis may evict fencing counters and checkpoints under memory pressure \
-                     (maxmemory-policy {policy}): use noeviction or a volatile-* policy"
-                );
-            }
-        }
-        Err(e) => tracing::debug!(error = %e, "cannot read the Redis eviction policy"),
     }
 }

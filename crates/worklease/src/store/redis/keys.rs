@@ -128,7 +128,7 @@ pub(crate) fn state_pattern(prefix: &str) -> String {
     format!("{}{{*}}:{STATE}", glob_escape(prefix))
 }
 
-fn glob_escape(s: &str) -> String {
+pub(crate) fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

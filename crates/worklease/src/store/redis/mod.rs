@@ -39,12 +39,15 @@
 //!   takeover of an expired lease) announces nothing: it makes no lease
 //!   free, and waking waiters would only earn them a `Held`.
 //! * **Replication.** [`RedisConfig::wait_for_replicas`] (URL:
-//!   `wait_replicas=N&wait_timeout_ms=T`) makes every acquisition (a
-//!   batch: once, after its script) run `WAIT N T` on the same connection, and fail with a
-//!   store error when fewer than N replicas acknowledged it in time; the
-//!   acquisition is then ended as if it had expired, so nobody holds it
-//!   and the next holder sees no clean hand-off. Such acquisitions use a
-//!   connection of their own, since `WAIT` blocks its connection.
+//!   `wait_replicas=N&wait_timeout_ms=T`) makes every write (acquire,
+//!   renew, checkpoint, release, revoke, and each batch once, after its
+//!   script) run `WAIT N T` pipelined behind its script, and fail with a
+//!   store error when fewer than N replicas acknowledged it in time. A
+//!   refused acquisition is ended as if it had expired, so nobody holds it
+//!   and the next holder sees no clean hand-off; a refused renewal,
+//!   checkpoint or release did apply on the primary (it is not undone) but
+//!   is reported as a (transient) failure, so the holder's deadline stays
+//!   that of its last acknowledged extension. See "Replica wait" below.
 //!
 //! # Batches
 //!
@@ -60,8 +63,9 @@
 //! `release` does. With a replica wait, `acquire_many` pipelines one
 //! `WAIT` after its script; with too few acknowledgements every grant of
 //! the batch is ended as expired (one `abandon` script) and fails with a
-//! store error, while `Held` work IDs stay `Held`. Renewals and releases
-//! do not wait, single or batch.
+//! store error, while `Held` work IDs stay `Held`. `renew_many` and
+//! `release_many` wait once too, and fail as a whole with too few
+//! acknowledgements.
 //!
 //! A script is atomic on the server: no other command runs while a batch
 //! is under way, and the server's clock is read once, so a batch is one
@@ -69,10 +73,10 @@
 //! back, so a server error in the middle of one (out of memory, say)
 //! leaves the leases before it done and fails the whole call, which
 //! reports nothing of any lease; repeating it is safe, as after a lost
-//! reply. A batch names keys in many hash slots, so it runs on a single
-//! Redis server or a Sentinel-managed primary only: Redis Cluster refuses
-//! such a script (`CROSSSLOT`), and a Cluster store (not built yet) would
-//! have to split each batch by slot.
+//! reply. A batch names keys in many hash slots, which a single server or
+//! a Sentinel-managed primary runs as one script; a Cluster refuses such a
+//! script (`CROSSSLOT`), so a Cluster store splits each batch by slot (see
+//! "Cluster").
 //!
 //! **The limit, [`MAX_BATCH`] = 100,** keeps a batch at about a
 //! millisecond of server time: a Lua script blocks every other client of
@@ -96,16 +100,18 @@
 //!   know of a live lease (a second holder gets it: mutual exclusion, S1,
 //!   then rests on downstream systems checking fencing tokens), or may
 //!   hand out a fencing token again, and may lose an acknowledged
-//!   checkpoint. `wait_for_replicas` narrows this (a lease is only granted
-//!   once N replicas have it) but does not close it: `WAIT` does not make
-//!   Redis strongly consistent, and renewals and checkpoints are not
-//!   waited for.
+//!   checkpoint. `wait_for_replicas` narrows this to what "Replica wait"
+//!   below states; it does not close it.
 //! * **Without persistence a restart resets everything**: live leases are
 //!   forgotten (a second holder can take one whose holder still believes
 //!   in it), fencing counters start again from 1 (S2 broken, so fencing
 //!   cannot catch that second holder) and checkpoints are gone. Run with
 //!   `appendonly yes` (and `appendfsync always` for tokens that survive a
 //!   power loss, since the default `everysec` can lose the last second).
+//!   A store logs a warning on its first connection when the server
+//!   persists nothing (`appendonly no` and `save ""`, read with
+//!   `CONFIG GET`; a user without that command gets a debug line), so the
+//!   CLI warns once per run.
 //! * **Redis's clock is its host's wall clock.** Key expiry compares an
 //!   absolute Unix time with the server's `gettimeofday`: a forward step of
 //!   that clock (not a slew) ends leases early, while their holders, which
@@ -117,27 +123,133 @@
 //!   `volatile-*` policy (only `live` keys have a TTL); the store logs a
 //!   warning when it can see an `allkeys-*` policy.
 //!
-//! Not supported yet: Redis Cluster and Sentinel clients (the key layout is
-//! ready for Cluster; `inspect` would have to scan every primary, and
-//! batches be split by slot), TLS
-//! (`rediss://`: the `redis` crate's rustls support needs a crypto
-//! provider chosen and installed by the application), Unix sockets.
+//! # TLS
 //!
-//! URL: `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
+//! With the feature `redis-tls`, `rediss://` URLs connect over TLS
+//! (rustls; the process's default crypto provider, or ring, installed when
+//! none is): the server's certificate must chain to the certificates of
+//! the PEM file `cacert=PATH`, or, without it, to the system's roots, and
+//! must name the URL's host (always verified: a `#insecure` fragment is
+//! refused). `cert=PATH&key=PATH` present a client certificate (Redis's
+//! `tls-auth-clients yes`). The files are read when the URL is parsed.
+//! The subscriber connection uses the same settings.
+//!
+//! # ACL users
+//!
+//! The store needs only its own keys and release channel (both start with
+//! the prefix) and the commands of [`ACL_COMMANDS`];
+//! [`RedisConfig::acl_rules`] writes the rules for a configuration. For
+//! the default prefix `worklease:`:
+//!
+//! ```text
+//! ACL SETUSER worklease on >PASSWORD resetkeys ~worklease:* resetchannels &worklease:* -@all +hello +auth +select +ping +role +evalsha +script|load +scan +wait +subscribe +pttl +hget +hmget +incr +get +set +hset +hdel +pexpire +del +exists +publish +time +strlen +config|get
+//! ```
+//!
+//! (`+config|get` is optional: it lets the store warn about an eviction
+//! policy or a server that persists nothing.) Such a user runs the whole
+//! conformance suite (`tests/redis_topologies.rs`). A permission the
+//! server denies fails the operation with a store error that says the
+//! user lacks a permission and quotes the server's `NOPERM` reason; a
+//! command denied inside a script is named from the script's line (Redis
+//! 7.0 reports only the line). A script stops at the denied command and
+//! is not rolled back: a release denied `PUBLISH` has released the lease
+//! but woken nobody.
+//!
+//! # Sentinel
+//!
+//! `redis+sentinel://[USER:PASSWORD@]S1[:PORT],S2[:PORT],.../PRIMARY[/DB]?prefix=P`
+//! (`rediss+sentinel://` with TLS) names the sentinels (port 26379 by
+//! default) and the name they know the primary by. The store asks the
+//! sentinels in order for the primary's address
+//! (`SENTINEL get-master-addr-by-name`) and checks it with `ROLE`; the
+//! credentials are the primary's (sentinels are reached without them,
+//! with the same TLS settings). When a command fails as a lost primary
+//! would (a connection error, `READONLY`), the store asks again and moves
+//! its connections, and runs the command once more on the new primary;
+//! until the sentinels name a primary, commands fail with a (transient)
+//! store error and nothing is sent to the old address, where the old
+//! primary, restarted empty, might otherwise take writes. The release
+//! subscription looks the primary up again at each resubscription. On
+//! loopback, with `down-after-milliseconds 500`, the sentinels named the
+//! new primary 1.7–1.9 s after the old one was SIGKILLed
+//! (`tests/redis/failover.rs`).
+//!
+//! # Replica wait
+//!
+//! What it guarantees: when a write succeeds, it (and every earlier write
+//! of the store's waiting connection) is in the memory of at least N
+//! replicas. If the primary then fails and one of those replicas is
+//! promoted, the acquisition, renewal, checkpoint or release is there:
+//! no second holder before the lease's acknowledged expiry (S1), no
+//! fencing token handed out again (S2), no acknowledged checkpoint lost.
+//! The failover test checks exactly this with one replica and N = 1.
+//!
+//! What it does not: `WAIT` "does not make Redis a strongly consistent
+//! store" (Redis's documentation of `WAIT`): Sentinel promotes the
+//! replica with the largest replication offset it last heard of, which
+//! with N below the number of replicas need not be one that acknowledged
+//! (set N to the number of replicas to be sure, and every write then
+//! fails while one replica is down); replicas acknowledge what is in
+//! their memory, not on disk, so losing the primary and those replicas
+//! together loses the writes; a write that failed for too few
+//! acknowledgements may still survive (it applied on the primary).
+//!
+//! What it costs: each write waits for the slowest of N replicas to
+//! acknowledge (a replication round trip), and the waiting writes of one
+//! store share one connection, which `WAIT` blocks, so they queue one
+//! after another; with a replica down, writes take `wait_timeout_ms` and
+//! fail.
+//!
+//! # Cluster
+//!
+//! `redis+cluster://[USER:PASSWORD@]H1:PORT,H2:PORT,.../?prefix=P` (the
+//! nodes to start from; database 0 only) runs on a Redis Cluster through
+//! the `redis` crate's cluster connection, which routes each script by its
+//! first key's hash slot and follows `MOVED` and `ASK` (resharding, a
+//! primary's failover). Every key of one work ID shares one slot (the hash
+//! tag is the escaped work ID), so each single-lease script touches one
+//! slot; the fencing counter is per work ID for that reason: a global
+//! counter would sit in another slot and make every acquisition a
+//! cross-slot write (ADR 0007, 0021). A batch is split by slot: `renew_many`
+//! and `release_many` run one script per slot, `acquire_many` one per run
+//! of consecutive work IDs in one slot, in order, each with the grants
+//! still wanted, so its result is the single-server one. `inspect` of
+//! every lease `SCAN`s each primary (`CLUSTER SLOTS`). Releases `PUBLISH`
+//! on the cluster, which delivers to every node; the subscription uses the
+//! first node given that answers. The whole conformance suite runs on three
+//! primaries started by the test (`tests/redis/cluster.rs`).
+//!
+//! Not supported yet on a Cluster: the replica wait (refused), TLS
+//! (`rediss+cluster://` is refused), moving the subscription off a failed
+//! node (waiters then fall back to polling). Not supported anywhere: Unix
+//! sockets.
+//!
+//! URL: `redis[s]://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
+//! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`; Sentinel and
+//! Cluster above)
 //! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
 //! connection notices a drop at once); `protocol=resp2` opts out, for a
 //! server that cannot speak RESP3.
 
+mod acl;
 mod acquire;
 mod batch;
 mod config;
+mod conn;
 mod connection;
 mod keys;
 mod ops;
+mod primary;
 mod reply;
 mod scripts;
+mod sentinel;
+mod server_checks;
 mod subscriber;
+#[cfg(feature = "redis-tls")]
+mod tls;
+mod topology;
 
+pub use acl::ACL_COMMANDS;
 pub use batch::MAX_BATCH;
 pub use config::{
     RedisConfig, WaitForReplicas, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,

@@ -8,15 +8,19 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::Value;
 
 use crate::error::Result;
 use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
 
 use super::acquire::Replies;
+use super::conn::Conn;
 use super::keys;
-use super::reply::{bad_reply, lease_info, opt_bytes, previous, store_err, text};
-use super::scripts::SCRIPTS;
+use super::reply::{bad_reply, int, lease_info, opt_bytes, previous, store_err, text};
+use super::scripts::{lease_outcome, SCRIPTS};
 use super::{RedisStore, KIND, MAX_BATCH};
 
 /// How many keys one `SCAN` step asks for when listing every lease.
@@ -35,32 +39,112 @@ impl RedisStore {
         }
     }
 
-    /// Every work ID with a state hash under the prefix.
+    /// Every work ID with a state hash under the prefix (on a Cluster: on
+    /// every primary).
     async fn scan_work_ids(&self) -> Result<BTreeSet<WorkId>> {
-        let mut conn = self.connections().await?.main.clone();
-        let pattern = keys::state_pattern(&self.config.prefix);
+        let conn = self.connections().await?.main.clone();
         let mut ids = BTreeSet::new();
+        match conn {
+            Conn::One(mut c) => self.scan_node(&mut c, None, &mut ids).await?,
+            Conn::Cluster(mut c) => {
+                for (host, port) in primaries(&mut c).await? {
+                    let node = SingleNodeRoutingInfo::ByAddress { host, port };
+                    self.scan_node(&mut c, Some(node), &mut ids).await?;
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// `SCAN`s one server (a Cluster node: `node`) for state keys under
+    /// the prefix, adding their work IDs to `ids`.
+    async fn scan_node(
+        &self,
+        conn: &mut (impl ConnectionLike + ClusterRoute),
+        node: Option<SingleNodeRoutingInfo>,
+        ids: &mut BTreeSet<WorkId>,
+    ) -> Result<()> {
+        let pattern = keys::state_pattern(&self.config.prefix);
         let mut cursor: u64 = 0;
         loop {
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query_async(&mut conn)
+                .arg(SCAN_COUNT);
+            let reply = conn
+                .run_on(cmd, node.clone())
                 .await
                 .map_err(|e| store_err("cannot list the leases (SCAN)", e))?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)
+                .map_err(|e| store_err("cannot list the leases (SCAN)", e.into()))?;
             ids.extend(
                 keys.iter()
                     .filter_map(|k| keys::work_id_of_state_key(&self.config.prefix, k)),
             );
             if next == 0 {
-                return Ok(ids);
+                return Ok(());
             }
             cursor = next;
         }
     }
+}
+
+/// A command sent to one chosen node (a Cluster) or the connection's
+/// server.
+trait ClusterRoute {
+    /// Runs `cmd` on `node`, or where the connection sends it.
+    fn run_on(
+        &mut self,
+        cmd: redis::Cmd,
+        node: Option<SingleNodeRoutingInfo>,
+    ) -> BoxFuture<'_, redis::RedisResult<Value>>;
+}
+
+impl ClusterRoute for redis::aio::ConnectionManager {
+    fn run_on(
+        &mut self,
+        cmd: redis::Cmd,
+        _node: Option<SingleNodeRoutingInfo>,
+    ) -> BoxFuture<'_, redis::RedisResult<Value>> {
+        Box::pin(async move { cmd.query_async(self).await })
+    }
+}
+
+impl ClusterRoute for redis::cluster_async::ClusterConnection {
+    fn run_on(
+        &mut self,
+        cmd: redis::Cmd,
+        node: Option<SingleNodeRoutingInfo>,
+    ) -> BoxFuture<'_, redis::RedisResult<Value>> {
+        let routing = RoutingInfo::SingleNode(node.unwrap_or(SingleNodeRoutingInfo::Random));
+        Box::pin(async move { self.route_command(cmd, routing).await })
+    }
+}
+
+/// `host:port` of every primary of the Cluster (`CLUSTER SLOTS`).
+async fn primaries(
+    conn: &mut redis::cluster_async::ClusterConnection,
+) -> Result<BTreeSet<(String, u16)>> {
+    let slots: Vec<Vec<Value>> = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+        .map_err(|e| store_err("cannot list the Cluster's primaries", e))?;
+    let mut out = BTreeSet::new();
+    for range in slots {
+        if let Some(Value::Array(node)) = range.get(2) {
+            let host = text(node.first(), "host")?;
+            let port =
+                u16::try_from(int(node.get(1), "port")?).map_err(|_| bad_reply("a node's port"))?;
+            out.insert((host, port));
+        }
+    }
+    Ok(out)
 }
 
 #[async_trait]
@@ -128,7 +212,7 @@ impl LeaseStore for RedisStore {
             .key(&keys.checkpoint)
             .arg(lease.holder_id.as_str())
             .arg(lease.fencing_token);
-        let reply = self.run_on_lease(lease, &inv, "read checkpoint").await?;
+        let reply = lease_outcome(lease, self.run(&inv, "read checkpoint").await?)?;
         Ok(Checkpoint {
             data: opt_bytes(reply.first(), "checkpoint")?.map(Bytes::copy_from_slice),
             handoff: Handoff {
@@ -188,7 +272,7 @@ impl LeaseStore for RedisStore {
             .key(&keys.checkpoint)
             .arg(self.channel())
             .arg(work_id.as_str());
-        let reply = self.run(&inv, "revoke").await?;
+        let reply = self.run_write(&inv, "revoke").await?;
         match text(reply.first(), "status")?.as_str() {
             "none" => Ok(None),
             "ok" => Ok(Some(lease_info(work_id.clone(), reply.get(1))?)),

@@ -10,10 +10,60 @@ use crate::limits::WorkId;
 use crate::store::record::Phase;
 use crate::store::{Handoff, LeaseEnd, LeaseInfo, PreviousHolder};
 
-use super::KIND;
+use super::{scripts, KIND};
 
+/// A store error for `e`, a failure of `what`. A permission the server's
+/// ACL denies (`NOPERM`, also from a command inside a script) says so and
+/// quotes the server's reason, which names the command, key or channel.
 pub(super) fn store_err(what: &str, e: RedisError) -> Error {
-    StoreError::with_source(KIND, what.to_string(), e).into()
+    match denied(&e) {
+        Some(reason) => StoreError::with_source(
+            KIND,
+            format!(
+                "{what}: the Redis user lacks a permission the store needs ({reason}); \
+                 grant it with ACL SETUSER (the line is in the Redis store's docs)"
+            ),
+            e,
+        )
+        .into(),
+        None => StoreError::with_source(KIND, what.to_string(), e).into(),
+    }
+}
+
+/// The server's reason when `e` is an ACL denial (`NOPERM`, or a
+/// script's "can't run this command" / "no permissions"), with the
+/// command a script was denied named from the script's line.
+fn denied(e: &RedisError) -> Option<String> {
+    if e.code() == Some("NOPERM") {
+        return Some(format!("NOPERM {}", e.detail().unwrap_or_default()));
+    }
+    let text = e.to_string();
+    let lower = text.to_ascii_lowercase();
+    if !(lower.contains("noperm")
+        || lower.contains("can't run this command")
+        || lower.contains("no permissions")
+        || lower.contains("can't access"))
+    {
+        return None;
+    }
+    // A denial inside a script: "... script: SHA, on @user_script:LINE."
+    let start = text
+        .find("NOPERM")
+        .or_else(|| text.find("The user"))
+        .unwrap_or(0);
+    let reason = text[start..].split(" script: ").next().unwrap_or_default();
+    let command = text.split(" script: ").nth(1).and_then(|rest| {
+        let (hash, line) = rest.split_once(", on @user_script:")?;
+        let line: usize = line.trim_end_matches('.').trim().parse().ok()?;
+        scripts::command_at(hash, line)
+    });
+    Some(match command {
+        Some(command) => format!(
+            "{reason}: the script runs '{}'",
+            command.to_ascii_lowercase()
+        ),
+        None => reason.to_string(),
+    })
 }
 
 pub(super) fn bad_reply(what: &str) -> Error {

@@ -4,20 +4,50 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
 use redis::{ErrorKind, Script, ScriptInvocation, ServerErrorKind, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StoreError};
 use crate::limits::ceil_millis;
 use crate::store::LeaseRef;
 
 use super::reply::{array, bad_reply, store_err, text};
-use super::{RedisStore, WaitForReplicas};
+use super::{RedisStore, WaitForReplicas, KIND};
+
+macro_rules! source {
+    ($file:literal) => {
+        concat!(include_str!("common.lua"), include_str!($file))
+    };
+}
 
 macro_rules! script {
     ($file:literal) => {
-        Script::new(concat!(include_str!("common.lua"), include_str!($file)))
+        Script::new(source!($file))
     };
+}
+
+/// The text of every script, to find the command on a line the server
+/// names in an error.
+const SOURCES: &[&str] = &[
+    source!("acquire.lua"),
+    source!("renew.lua"),
+    source!("checkpoint.lua"),
+    source!("read.lua"),
+    source!("release.lua"),
+    source!("abandon.lua"),
+    source!("revoke.lua"),
+    source!("inspect.lua"),
+    source!("acquire_many.lua"),
+    source!("renew_many.lua"),
+    source!("release_many.lua"),
+];
+
+/// The command that line `line` (from 1) of the script with SHA1 `hash`
+/// calls (`redis.call('NAME', ...)`), if it calls one.
+pub(super) fn command_at(hash: &str, line: usize) -> Option<&'static str> {
+    let source = SOURCES.iter().find(|s| Script::new(s).get_hash() == hash)?;
+    let text = source.lines().nth(line.checked_sub(1)?)?;
+    let call = &text[text.find("redis.call('")? + "redis.call('".len()..];
+    Some(&call[..call.find('\'')?])
 }
 
 /// The store's scripts, each with the shared prelude.
@@ -50,46 +80,63 @@ pub(super) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 impl RedisStore {
-    /// Runs a script on the command connection and returns its reply's
-    /// elements.
-    ///
-    /// A request that meets a connection the server (or the network) had
-    /// already dropped — `is_connection_dropped`: broken pipe, reset,
-    /// unexpected EOF — is tried once more: the connection manager has
-    /// reconnected by then. That is safe for every script run here: each
-    /// is conditioned on the work ID, holder and fencing token, so running
-    /// one twice cannot break S1–S3 (at worst a release that did apply
-    /// reports `Expired`). Without it, the first call after a dropped
-    /// connection failed although the server was fine (issue 9's
+    /// Runs a script on the command connection (following a moved primary
+    /// and retrying a dropped connection once, see `on_primary`) and
+    /// returns its reply's elements. Without it, the first call after a
+    /// dropped connection failed although the server was fine (issue 9's
     /// `network_faults` test, "after a cut the next operation reconnects").
     pub(super) async fn run(
         &self,
         invocation: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<Vec<Value>> {
-        let mut conn = self.connections().await?.main.clone();
-        let reply: Value = match invocation.invoke_async(&mut conn).await {
-            Err(e) if e.is_connection_dropped() => {
-                tracing::debug!(error = %e, "the connection had been dropped: trying once more");
-                invocation.invoke_async(&mut conn).await
-            }
-            other => other,
-        }
-        .map_err(|e| store_err(what, e))?;
+        let reply: Value = self
+            .on_primary(|c| {
+                let mut conn = c.main.clone();
+                Box::pin(async move { invocation.invoke_async(&mut conn).await })
+            })
+            .await?
+            .map_err(|e| store_err(what, e))?;
         array(reply)
     }
 
-    /// Runs an acquire script (`what`: single or batch) then `WAIT` in one
-    /// pipeline on the acquisition connection; returns the script's reply
-    /// and the number of replicas that acknowledged.
+    /// Runs a script that writes: with a replica wait, followed by `WAIT`
+    /// (see [`RedisStore::run_and_wait`]), and failing with a store error
+    /// when too few replicas acknowledged it; without one, as
+    /// [`RedisStore::run`].
+    pub(super) async fn run_write(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<Vec<Value>> {
+        let Some(wait) = self.config.wait else {
+            return self.run(invocation, what).await;
+        };
+        let (reply, acked) = self.run_and_wait(invocation, wait, what).await?;
+        if acked < i64::from(wait.replicas) {
+            return Err(StoreError::new(
+                KIND,
+                format!(
+                    "only {acked} of the {} replicas asked for acknowledged the {what} within {:?}: \
+                     it may not survive a failover",
+                    wait.replicas, wait.timeout
+                ),
+            )
+            .into());
+        }
+        Ok(reply)
+    }
+
+    /// Runs a script (`what`) then `WAIT` in one pipeline on the waiting
+    /// connection, so that `WAIT` covers that script's writes even across
+    /// a reconnection; returns the script's reply and the number of
+    /// replicas that acknowledged.
     pub(super) async fn run_and_wait(
         &self,
-        conn: &ConnectionManager,
         invocation: &ScriptInvocation<'_>,
         wait: WaitForReplicas,
         what: &str,
     ) -> Result<(Vec<Value>, i64)> {
-        let mut conn = conn.clone();
         let pipeline = || {
             let mut p = redis::pipe();
             p.invoke_script(invocation)
@@ -98,27 +145,42 @@ impl RedisStore {
                 .arg(ceil_millis(wait.timeout));
             p
         };
-        let mut result: redis::RedisResult<(Value, i64)> = pipeline().query_async(&mut conn).await;
-        if matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-            invocation
-                .load_async(&mut conn)
-                .await
-                .map_err(|e| store_err(&format!("cannot load the {what} script"), e))?;
-            result = pipeline().query_async(&mut conn).await;
-        }
+        let result = self
+            .on_primary(|c| {
+                let pipeline = pipeline();
+                Box::pin(async move {
+                    let Some(mut conn) = c.waiting.clone() else {
+                        return Err(redis::RedisError::from((
+                            ErrorKind::Client,
+                            "no waiting connection",
+                        )));
+                    };
+                    let result: redis::RedisResult<(Value, i64)> =
+                        pipeline.query_async(&mut conn).await;
+                    match result {
+                        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                            invocation.load_async(&mut conn).await?;
+                            pipeline.query_async(&mut conn).await
+                        }
+                        other => other,
+                    }
+                })
+            })
+            .await?;
         let (reply, acked) = result.map_err(|e| store_err(what, e))?;
         Ok((array(reply)?, acked))
     }
 
-    /// Runs a script that names `lease` and ends in `ok`, `fenced` or
-    /// `expired`; returns the reply's elements after the status.
+    /// Runs a script that names `lease`, writes, and ends in `ok`,
+    /// `fenced` or `expired`; returns the reply's elements after the
+    /// status.
     pub(super) async fn run_on_lease(
         &self,
         lease: LeaseRef<'_>,
         invocation: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<Vec<Value>> {
-        lease_outcome(lease, self.run(invocation, what).await?)
+        lease_outcome(lease, self.run_write(invocation, what).await?)
     }
 }
 

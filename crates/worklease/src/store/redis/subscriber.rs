@@ -12,8 +12,12 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use redis::ProtocolVersion;
+
 use crate::limits::WorkId;
 use crate::store::notify::Watchers;
+
+use super::primary::{with_protocol, Target};
 
 /// How often the subscription's connection is checked with a `PING`: a
 /// connection that died without closing (a host gone, a cable pulled) is
@@ -45,7 +49,9 @@ impl Default for Wakeups {
 /// How to (re)subscribe.
 #[derive(Clone)]
 pub(super) struct Subscription {
-    pub client: redis::Client,
+    /// The server to subscribe on (for Sentinel: the primary, looked up
+    /// again at each subscription).
+    pub target: Target,
     pub channel: String,
     pub connection_timeout: Duration,
     pub response_timeout: Duration,
@@ -80,7 +86,13 @@ impl Subscription {
                 "timed out subscribing to the release channel",
             ))
         };
-        let pubsub = tokio::time::timeout(self.connection_timeout, self.client.get_async_pubsub())
+        // Pub/sub on RESP2: a connection of its own in subscriber mode.
+        let connect = async {
+            with_protocol(&self.target.client().await?, ProtocolVersion::RESP2)?
+                .get_async_pubsub()
+                .await
+        };
+        let pubsub = tokio::time::timeout(self.connection_timeout, connect)
             .await
             .map_err(|_| timed_out())??;
         let (mut sink, stream) = pubsub.split();

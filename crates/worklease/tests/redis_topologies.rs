@@ -1,0 +1,30 @@
+//! The Redis store on Redis as production runs it, each on servers the
+//! test starts itself (the distribution's `redis-server`, built with TLS)
+//! on free loopback ports, in temporary directories, killed when the test
+//! ends, also when it fails: TLS (`rediss://`, feature `redis-tls`), ACL
+//! users, the warning about a server without persistence, Sentinel
+//! failover with and without the replica wait, the conformance suite on a
+//! three-primary Redis Cluster.
+
+#![cfg(feature = "redis")]
+
+#[path = "redis/server.rs"]
+mod server;
+
+#[cfg(feature = "redis-tls")]
+#[path = "common/tls.rs"]
+mod common_tls;
+
+#[path = "redis/acl.rs"]
+mod acl;
+#[path = "redis/cluster.rs"]
+mod cluster;
+#[path = "redis/failover.rs"]
+mod failover;
+#[path = "redis/persistence.rs"]
+mod persistence;
+#[path = "redis/sentinel.rs"]
+mod sentinel;
+#[cfg(feature = "redis-tls")]
+#[path = "redis/tls.rs"]
+mod tls;
