@@ -1,7 +1,7 @@
 //! Exit statuses of the `worklease` command, and the failure type that
 //! carries one to `main`.
 //!
-//! The numbers follow `sysexits.h` where one fits (64, 69, 70, 74, 75) and
+//! The numbers follow `sysexits.h` where one fits (64, 69, 70, 74, 75, 77) and
 //! the shells' conventions for commands that cannot be run (126, 127) or
 //! were ended by a signal (128 + N).
 
@@ -25,6 +25,10 @@ pub const HELD: u8 = 75;
 /// The lease was lost while the child ran (expired, revoked or taken
 /// over), or a `checkpoint` was refused because the token is stale.
 pub const LOST: u8 = 76;
+/// EX_NOPERM: the SQLite store file is refused because another local user
+/// could write it (its directory is writable by all without the sticky bit,
+/// or another user owns it).
+pub const NOPERM: u8 = 77;
 /// The command was found but could not be executed.
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found.
@@ -49,11 +53,14 @@ Exit status:
   76       the lease was lost while the child ran (expired, revoked by
            `release --force`, taken over, or renewals failed until the
            holder's deadline); checkpoint: stale token
+  77       the SQLite store file is refused: another user could write it
+           (its directory is writable by all without the sticky bit, or
+           the file is another user's); nothing was written
   126/127  run, pool: the command cannot be executed / was not found
   128+N    run: the child was ended by signal N (130 for SIGINT,
            143 for SIGTERM); also when worklease itself is interrupted
            while waiting for the lease, and when signal N stopped a pool
-The child of run or elect may exit with 64-76 itself: when a status is
+The child of run or elect may exit with 64-77 itself: when a status is
 worklease's own, the last line worklease writes to stderr starts with
 `worklease:` and says why (76: `worklease: exit 76: ...`).";
 
@@ -87,6 +94,7 @@ pub fn code_of(error: &Error) -> u8 {
         Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => HELD,
         Error::Expired { .. } | Error::Fenced { .. } | Error::WindowExhausted { .. } => LOST,
         Error::Invalid(_) => USAGE,
+        Error::UnsafeStoreFile { .. } => NOPERM,
         Error::Store(_) => UNAVAILABLE,
         _ => SOFTWARE,
     }
@@ -131,6 +139,11 @@ mod tests {
         assert_eq!(code_of(&invalid), USAGE);
         let store = Error::from(worklease::StoreError::new("sqlite", "disk on fire"));
         assert_eq!(code_of(&store), UNAVAILABLE);
+        let unsafe_file = Error::UnsafeStoreFile {
+            path: "/tmp/x/leases.db".into(),
+            reason: "its directory is writable by every user".into(),
+        };
+        assert_eq!(code_of(&unsafe_file), NOPERM);
     }
 
     #[test]

@@ -267,6 +267,19 @@ pub enum Error {
         /// The timeout that ran out.
         waited: Duration,
     },
+    /// The SQLite store refused its database file because another local
+    /// user could write it, and so take or forge any lease in it: its
+    /// directory is writable by every user without the sticky bit, or the
+    /// file (or its `-wal`, `-shm` or `-journal` companion) is owned by
+    /// another user (see the module docs of `store::sqlite`). Nothing was
+    /// written.
+    #[error("refusing the SQLite store file {path:?}: {reason}")]
+    UnsafeStoreFile {
+        /// The database file's path.
+        path: std::path::PathBuf,
+        /// Why it is refused, and what to do about it.
+        reason: String,
+    },
     /// An argument broke a limit; nothing was written.
     #[error("invalid input: {0}")]
     Invalid(#[from] InvalidInput),

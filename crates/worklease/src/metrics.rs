@@ -26,7 +26,8 @@
 //! `store` is the store kind ([`crate::LeaseStore::kind`], e.g. `sqlite`,
 //! `memory`, `redis`, `postgres`). `outcome` is `ok` or the error kind:
 //! `held`, `expired`, `fenced`, `window_exhausted`, `no_lease`, `cancelled`,
-//! `wait_timed_out`, `invalid`, `store_error` (see [`outcome`]).
+//! `wait_timed_out`, `invalid`, `unsafe_store_file`, `store_error` (see
+//! [`outcome`]).
 //!
 //! Labels are bounded by the number of stores, operations and outcomes,
 //! except `work_id` and `election`: one series per work ID or election this
@@ -139,7 +140,7 @@ pub fn outcome<T>(result: &Result<T, Error>) -> &'static str {
 /// The kind of an error as a label value (`held`, also for a semaphore
 /// whose permits are all held and for fair waiters ahead, `expired`, `fenced`,
 /// `window_exhausted`, `no_lease`, `resigned`, `cancelled`,
-/// `wait_timed_out`, `invalid`, `store_error`).
+/// `wait_timed_out`, `invalid`, `unsafe_store_file`, `store_error`).
 pub fn error_kind(error: &Error) -> &'static str {
     match error {
         Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => "held",
@@ -151,6 +152,7 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::Cancelled { .. } => "cancelled",
         Error::WaitTimedOut { .. } => "wait_timed_out",
         Error::Invalid(_) => "invalid",
+        Error::UnsafeStoreFile { .. } => "unsafe_store_file",
         Error::Store(_) => "store_error",
     }
 }

@@ -215,7 +215,13 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn LeaseStore>> {
     use crate::store::sqlite::SqliteStore;
 
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| {
+        // Directories it creates are for this user alone (0700): the
+        // store refuses a file others could replace.
+        let mut dirs = std::fs::DirBuilder::new();
+        dirs.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
+        dirs.create(parent).map_err(|e| {
             StoreError::with_source(
                 "sqlite",
                 format!(
@@ -650,6 +656,13 @@ mod tests {
         let store = open(&format!("sqlite:{}", file.display())).unwrap();
         assert_eq!(store.kind(), "sqlite");
         assert!(file.exists());
+        // The directories it made are this user's alone.
+        #[cfg(unix)]
+        for made in ["a", "a/b"] {
+            use std::os::unix::fs::MetadataExt;
+            let mode = std::fs::metadata(dir.path().join(made)).unwrap().mode();
+            assert_eq!(mode & 0o777, 0o700, "{made}");
+        }
         // A parent that is a file cannot be created: a store error, not a panic.
         let blocker = dir.path().join("blocker");
         std::fs::write(&blocker, b"x").unwrap();

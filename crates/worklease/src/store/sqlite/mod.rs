@@ -103,6 +103,18 @@
 //!   their deadlines instead of renewing in a file nobody else sees while
 //!   a fresh file restarts fencing tokens at 1. A hard-linked file is
 //!   refused at open for the same reason.
+//! * **File permissions.** Anyone who can write the file can take or forge
+//!   any lease in it. A new file is created with mode 0600 (SQLite gives
+//!   its `-wal` and `-shm` files the main file's mode), and directories
+//!   that `sqlite:` URLs create are 0700. Opening fails with
+//!   [`Error::UnsafeStoreFile`](crate::Error::UnsafeStoreFile), before
+//!   anything is written, when the file's directory is writable by every
+//!   user and lacks the sticky bit, or when the file or one of its
+//!   companions is owned by another user than the effective one. Root also
+//!   accepts a file owned by the owner of its directory (a service
+//!   account's store, inspected with `sudo`), never one planted by another
+//!   user in root's or a shared directory. An existing file's mode is left
+//!   as it is. Not checked on targets other than Unix.
 //!
 //! Not supported: more than one host (SQLite's locking over network file
 //! systems is unreliable: use PostgreSQL, Redis or etcd), platforms
@@ -124,6 +136,7 @@ mod batch;
 mod clock;
 mod file;
 mod ops;
+mod perms;
 mod push;
 mod queue;
 mod row;
@@ -174,11 +187,16 @@ fn db_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the store file at `path` with the
-    /// [`BootClock`]. The parent directory must exist.
+    /// Opens (creating if needed, with mode 0600) the store file at `path`
+    /// with the [`BootClock`]. The parent directory must exist.
     ///
     /// # Errors
-    /// A [`StoreError`] when the file cannot be opened or created, its schema
+    /// [`Error::UnsafeStoreFile`](crate::Error::UnsafeStoreFile), with
+    /// nothing written, when another local user could write the file: its
+    /// directory is writable by every user and lacks the sticky bit, or the
+    /// file or one of its `-wal`, `-shm`, `-journal` companions is owned by
+    /// another user (see "File permissions" in the module docs). A
+    /// [`StoreError`] when the file cannot be opened or created, its schema
     /// is newer than this code's [`SCHEMA_VERSION`], or the clock cannot be
     /// read.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
@@ -202,6 +220,7 @@ impl SqliteStore {
             )
             .into());
         }
+        perms::prepare(&path)?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
