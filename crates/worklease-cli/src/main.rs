@@ -122,7 +122,9 @@ Examples:
 Store: --store URL or WORKLEASE_STORE. Across machines:
 postgres://user@host:5432/db?table=worklease_leases,
 mysql://user@host:3306/db?table=worklease_leases (or mariadb://; waiters poll),
-redis://host:6379/0?prefix=worklease:, etcd://host:2379,host:2379?prefix=worklease/
+redis://host:6379/0?prefix=worklease: (rediss://...&cacert=PATH[&cert=PATH&key=PATH]
+for TLS; redis+sentinel://S1:26379,S2:26379/PRIMARY?prefix=...;
+redis+cluster://H1:7000,H2:7001?prefix=...), etcd://host:2379,host:2379?prefix=worklease/
 (etcds://...&cacert=PATH[&cert=PATH&key=PATH] for TLS)
 s3://BUCKET/PREFIX?endpoint=URL&region=REGION or
 dynamodb://TABLE?region=REGION&prefix=P[&create=true] (endpoint and region
