@@ -98,7 +98,8 @@ impl Leases {
                         store.kind(),
                         &Err::<(), _>(e.clone()),
                     );
-                    self.hand_back(&tokens).await;
+                    self.hand_back(&tokens.iter().map(lease_ref).collect::<Vec<_>>())
+                        .await;
                     return Err(e);
                 }
             };
@@ -120,7 +121,7 @@ impl Leases {
                         if late {
                             // Its deadline passed before the reply came:
                             // of no use, hand it back.
-                            self.hand_back(std::slice::from_ref(&token)).await;
+                            self.hand_back(&[lease_ref(&token)]).await;
                             continue;
                         }
                         self.inner.observer.on_acquire(&AcquireEvent {
@@ -143,12 +144,13 @@ impl Leases {
         }
     }
 
-    /// Releases `tokens` (best effort): grants nobody will use.
-    async fn hand_back(&self, tokens: &[Token]) {
-        let refs: Vec<LeaseRef<'_>> = tokens.iter().map(lease_ref).collect();
-        for chunk in refs.chunks(self.inner.store.max_batch().max(1)) {
+    /// Releases `leases` (best effort, in batches of the store's
+    /// [`LeaseStore::max_batch`]): grants nobody will use. Also the
+    /// release of a dropped acquisition's grants (`granting`).
+    pub(crate) async fn hand_back(&self, leases: &[LeaseRef<'_>]) {
+        for chunk in leases.chunks(self.inner.store.max_batch().max(1)) {
             if let Err(e) = self.inner.store.release_many(chunk).await {
-                tracing::debug!(error = %e, "could not hand back grants");
+                tracing::debug!(error = %e, "could not hand back grants: they expire with their TTL");
             }
         }
     }

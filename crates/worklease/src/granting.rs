@@ -113,19 +113,7 @@ async fn release_orphans(leases: Leases, granted: Vec<Granted>) {
             fencing_token: *fencing_token,
         })
         .collect();
-    let store = leases.store();
-    let release = async {
-        for chunk in refs.chunks(store.max_batch().max(1)) {
-            let result = match chunk {
-                [one] => store.release(*one).await,
-                many => store.release_many(many).await.map(|_| ()),
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "could not release grants of a dropped acquisition: they expire with their TTL");
-            }
-        }
-    };
-    match tokio::time::timeout(ttl, release).await {
+    match tokio::time::timeout(ttl, leases.hand_back(&refs)).await {
         Ok(()) => tracing::debug!(
             leases = granted.len(),
             "released the grants of an acquisition dropped while its store call was in flight"
