@@ -610,15 +610,14 @@ impl Campaign {
         let failed = AtomicUsize::new(0);
         let done = AtomicUsize::new(0);
         let finished = AtomicBool::new(false);
-        let outcomes: Mutex<CampaignReport> = Mutex::new(CampaignReport {
+        let report = Mutex::new(CampaignReport {
             store: self.backend.name().to_string(),
             totals: Stats::default(),
             failures: Vec::new(),
             known: Vec::new(),
             elapsed: Duration::ZERO,
         });
-        let (next, failed, done, finished, outcomes) =
-            (&next, &failed, &done, &finished, &outcomes);
+        let (next, failed, done, finished, outcomes) = (&next, &failed, &done, &finished, &report);
         std::thread::scope(|scope| {
             let workers: Vec<_> = (0..self.workers.max(1))
                 .map(|_| {
@@ -675,16 +674,7 @@ impl Campaign {
                 p.thread().unpark();
             }
         });
-        let mut report = std::mem::replace(
-            &mut *outcomes.lock().unwrap_or_else(|p| p.into_inner()),
-            CampaignReport {
-                store: String::new(),
-                totals: Stats::default(),
-                failures: Vec::new(),
-                known: Vec::new(),
-                elapsed: Duration::ZERO,
-            },
-        );
+        let mut report = report.into_inner().unwrap_or_else(|p| p.into_inner());
         report.failures.sort_by_key(|r| r.seed);
         report.failures.truncate(self.max_failures);
         report.elapsed = started.elapsed();
