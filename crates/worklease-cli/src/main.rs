@@ -617,9 +617,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<usize>,
 
-    /// The work ID to hold (1 to 1024 bytes, no control characters), or
-    /// with --permits the semaphore's name.
-    #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
+    /// The work ID to hold (1 to 1024 bytes, no control characters, not
+    /// ending in /fair-queue, /fair-waiter/N or /step-down, which worklease
+    /// keeps for itself), or with --permits the semaphore's name.
+    #[arg(value_name = "WORK_ID", value_parser = parse_user_work_id)]
     work_id: WorkId,
 
     /// The command to run, after `--`, and its arguments.
@@ -669,7 +670,8 @@ pub struct PoolArgs {
     pool_name: String,
 
     /// The work IDs, comma-separated; repeatable (each 1 to 1024 bytes, no
-    /// control characters, no duplicates; 1 to 100,000 work IDs in all).
+    /// control characters, none ending in /fair-queue, /fair-waiter/N or
+    /// /step-down, no duplicates; 1 to 100,000 work IDs in all).
     #[arg(long, value_name = "ID,ID,...")]
     work_ids: Vec<String>,
 
@@ -821,6 +823,12 @@ fn parse_poll(s: &str) -> Result<Duration, String> {
 
 fn parse_work_id(s: &str) -> Result<WorkId, String> {
     WorkId::new(s).map_err(|e| e.to_string())
+}
+
+/// A work ID to hold: not one worklease keeps for itself (refused before
+/// any store is opened).
+fn parse_user_work_id(s: &str) -> Result<WorkId, String> {
+    worklease::user_work_id(s).map_err(|e| e.to_string())
 }
 
 /// An election's name, refused before any store is opened (`elect` would

@@ -199,7 +199,7 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
 /// `--work-ids-file` (one per line, surrounding whitespace trimmed, blank
 /// lines and lines starting with `#` skipped), in that order: at least 1,
 /// at most [`MAX_CHILDREN`]. Each is checked later by [`Pool::new`] (1 to
-/// 1024 bytes, no control characters, no duplicates).
+/// 1024 bytes, no control characters, not reserved, no duplicates).
 fn work_ids(args: &PoolArgs) -> Result<Vec<String>, Failure> {
     let mut ids: Vec<String> = args
         .work_ids

@@ -1058,6 +1058,36 @@ fn grace_longer_than_half_the_ttl_is_a_usage_error() {
     assert!(!w.path("store").exists(), "a refused run created the store");
 }
 
+#[test]
+fn work_ids_worklease_keeps_for_itself_are_a_usage_error_before_the_store_is_touched() {
+    let w = World::new();
+    for args in [
+        &["run", "jobs/fair-queue", "--", "true"][..],
+        &[
+            "run",
+            "--fair",
+            "--wait",
+            "jobs/fair-waiter/3",
+            "--",
+            "true",
+        ],
+        &["run", "--permits", "2", "sched/step-down", "--", "true"],
+        &["pool", "--work-ids", "a,jobs/fair-queue", "--", "true"],
+    ] {
+        let out = w.output(args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is reserved for"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(
+        !w.path("store").exists(),
+        "a refused command created the store"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Job control, signals and a stopped child.
 

@@ -31,7 +31,8 @@ impl Leases {
     /// or a `max` of 0 makes no store call.
     ///
     /// # Errors
-    /// * [`Error::Invalid`] for a bad work ID, a work ID named twice, or
+    /// * [`Error::Invalid`] for a bad or reserved work ID
+    ///   ([`crate::is_internal_work_id`]), a work ID named twice, or
     ///   more than [`crate::limits::MAX_BATCH`] of them (nothing is
     ///   written);
     /// * [`Error::Store`] when a store call fails as a whole (the grants of
@@ -363,7 +364,7 @@ where
 {
     let ids = work_ids
         .into_iter()
-        .map(|s| WorkId::new(s.as_ref()))
+        .map(|s| crate::internal::user_work_id(s.as_ref()))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     check_batch(ids.iter())?;
     Ok(ids)

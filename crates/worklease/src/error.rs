@@ -27,6 +27,24 @@ pub enum InvalidInput {
         /// The limit, in bytes.
         max: usize,
     },
+    /// A work ID that worklease keeps for itself beside the user's own
+    /// (see [`crate::is_internal_work_id`]): `T/fair-queue` and
+    /// `T/fair-waiter/<n>` hold the fair line of `T` (ADR 0015),
+    /// `E/step-down` the step-down requests of the election `E`. Acquiring
+    /// one as a lease of one's own would collide with them.
+    #[error(
+        "work ID {work_id:?} is reserved for {purpose} {owner:?}: worklease keeps the work IDs \
+         ending in /fair-queue, /fair-waiter/<number> or /step-down for itself; choose another \
+         for a lease, election, semaphore or pool"
+    )]
+    ReservedWorkId {
+        /// The work ID given.
+        work_id: String,
+        /// What worklease keeps it for (`"the fair line of"`, ...).
+        purpose: &'static str,
+        /// The work ID or election it belongs to.
+        owner: String,
+    },
     /// A holder ID must have at least one byte.
     #[error("holder ID is empty: it must be 1 to {max} bytes")]
     EmptyHolderId {

@@ -1,9 +1,14 @@
 //! The work IDs worklease keeps for itself beside a user's own: a fair
 //! line's queue and waiter leases (ADR 0015) and an election's step-down
-//! requests (issue 19). `worklease status` hides them unless asked.
+//! requests (issue 19). `worklease status` hides them unless asked, and the
+//! entry points that take a user's work ID (acquisitions, batches,
+//! elections, pools) refuse them, so that a user's lease never collides
+//! with one of them.
 
 use crate::election::STEP_DOWN_SUFFIX;
+use crate::error::InvalidInput;
 use crate::fair::{QUEUE_SUFFIX, WAITER_INFIX};
+use crate::limits::WorkId;
 
 /// Whether `work_id` names a lease worklease keeps for itself next to a
 /// user's lease, semaphore or election: `T/fair-queue`,
@@ -15,10 +20,81 @@ use crate::fair::{QUEUE_SUFFIX, WAITER_INFIX};
 /// assert!(!worklease::is_internal_work_id("jobs/7"));
 /// ```
 pub fn is_internal_work_id(work_id: &str) -> bool {
-    let waiter = work_id
-        .rsplit_once(WAITER_INFIX)
-        .is_some_and(|(target, slot)| {
-            !target.is_empty() && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())
-        });
-    waiter || work_id.ends_with(QUEUE_SUFFIX) || work_id.ends_with(STEP_DOWN_SUFFIX)
+    reserved_for(work_id).is_some()
+}
+
+/// What `work_id` is kept for, and the work ID or election it belongs to.
+fn reserved_for(work_id: &str) -> Option<(&'static str, &str)> {
+    if let Some((target, slot)) = work_id.rsplit_once(WAITER_INFIX) {
+        if !target.is_empty() && !slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(("a waiter in the fair line of", target));
+        }
+    }
+    if let Some(target) = work_id.strip_suffix(QUEUE_SUFFIX) {
+        return Some(("the fair line of", target));
+    }
+    if let Some(election) = work_id.strip_suffix(STEP_DOWN_SUFFIX) {
+        return Some(("the step-down requests of the election", election));
+    }
+    None
+}
+
+/// A work ID given by a user for a lease, election, semaphore or pool:
+/// valid ([`WorkId::new`]) and not one of worklease's own
+/// ([`is_internal_work_id`]). What [`crate::Leases::acquire`] and the
+/// other entry points check; a program can check its input with it before
+/// it opens a store.
+///
+/// ```
+/// assert!(worklease::user_work_id("jobs/7").is_ok());
+/// assert!(worklease::user_work_id("jobs/fair-queue").is_err());
+/// ```
+///
+/// # Errors
+/// [`InvalidInput`] naming the limit a work ID breaks (empty, over
+/// [`crate::limits::MAX_WORK_ID_BYTES`], a control character), and
+/// [`InvalidInput::ReservedWorkId`] for a reserved one.
+pub fn user_work_id(work_id: &str) -> Result<WorkId, InvalidInput> {
+    let id = WorkId::new(work_id)?;
+    match reserved_for(work_id) {
+        Some((purpose, owner)) => Err(InvalidInput::ReservedWorkId {
+            work_id: work_id.to_owned(),
+            purpose,
+            owner: owner.to_owned(),
+        }),
+        None => Ok(id),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_work_ids_are_refused_and_name_their_owner() {
+        for (id, owner) in [
+            ("jobs/fair-queue", "jobs"),
+            ("jobs/fair-waiter/3", "jobs"),
+            ("sched/step-down", "sched"),
+        ] {
+            let e = user_work_id(id).unwrap_err();
+            assert!(
+                matches!(&e, InvalidInput::ReservedWorkId { owner: o, .. } if o == owner),
+                "{id}: {e:?}"
+            );
+            assert!(e.to_string().contains(id), "{e}");
+        }
+        for id in [
+            "jobs",
+            "jobs/fair-waiter/x",
+            "fair-queue",
+            "jobs/step-down-2",
+        ] {
+            assert!(user_work_id(id).is_ok(), "{id}");
+        }
+        assert!(matches!(
+            user_work_id(""),
+            Err(InvalidInput::EmptyWorkId { .. })
+        ));
+    }
 }

@@ -11,7 +11,7 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::limits::{check_checkpoint, check_ttl, HolderId, WorkId};
+use crate::limits::{check_checkpoint, check_ttl, HolderId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{
     CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
@@ -258,8 +258,9 @@ impl Leases {
     ///   waiting acquisition waits on instead);
     /// * [`Error::Cancelled`] / [`Error::WaitTimedOut`] when a wait is
     ///   cancelled or runs out (never `Held`);
-    /// * [`Error::Invalid`] for a bad work ID or poll interval (nothing is
-    ///   written);
+    /// * [`Error::Invalid`] for a bad work ID (one worklease keeps for
+    ///   itself included: [`crate::is_internal_work_id`]) or poll interval
+    ///   (nothing is written);
     /// * [`Error::Store`] when the store fails (also while waiting: the
     ///   caller decides whether to try again).
     pub async fn acquire(&self, work_id: &str, options: AcquireOptions) -> Result<Token> {
@@ -288,7 +289,7 @@ impl Leases {
         );
         let started = Instant::now();
         let result = async {
-            let work_id = WorkId::new(work_id)?;
+            let work_id = crate::internal::user_work_id(work_id)?;
             if options.fair {
                 let id = work_id.clone();
                 let try_target: crate::fair::TryTarget<'_> = Box::new(move |o| {

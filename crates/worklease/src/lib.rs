@@ -103,7 +103,7 @@ pub struct ReadmeDoctests;
 pub struct CrateReadmeDoctests;
 
 pub use error::{Error, InvalidInput, Result, StoreError};
-pub use internal::is_internal_work_id;
+pub use internal::{is_internal_work_id, user_work_id};
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};

@@ -311,7 +311,8 @@ impl Pool {
     ///
     /// # Errors
     /// [`Error::Invalid`] when the options ask for a waiting acquisition,
-    /// the work ID list is empty, has duplicates or a bad work ID, a work
+    /// the work ID list is empty, has duplicates or a bad or reserved work
+    /// ID ([`crate::is_internal_work_id`]), a work
     /// ID lies under the membership prefix `<name>/members/` or the done
     /// prefix, the name is not a valid work ID itself (empty, too long,
     /// control characters) or its membership work ID is not valid, a done
@@ -360,7 +361,7 @@ impl Pool {
         let mut seen = HashSet::new();
         let mut work_ids = Vec::with_capacity(options.work_ids.len());
         for w in &options.work_ids {
-            let id = WorkId::new(w.as_str())?;
+            let id = crate::internal::user_work_id(w.as_str())?;
             if w.starts_with(&member_prefix) {
                 return bad(format!(
                     "work ID {w:?} lies under the pool's membership prefix {member_prefix:?}"

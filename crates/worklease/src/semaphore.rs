@@ -81,8 +81,9 @@ impl Semaphore {
     ///
     /// # Errors
     /// [`Error::Invalid`] when `permits` is 0 or above [`MAX_PERMITS`], or
-    /// when `name` is not a valid work ID or too long for its permits' work
-    /// IDs (`NAME/permit/K` must fit [`MAX_WORK_ID_BYTES`]).
+    /// when `name` is not a valid work ID, is one worklease keeps for itself
+    /// ([`crate::is_internal_work_id`]), or is too long for its permits'
+    /// work IDs (`NAME/permit/K` must fit [`MAX_WORK_ID_BYTES`]).
     pub fn new(leases: Leases, name: impl Into<String>, permits: usize) -> Result<Self> {
         let name: String = name.into();
         let ids = permit_ids(&name, permits)?;
@@ -213,7 +214,7 @@ pub fn permit_ids(name: &str, permits: usize) -> Result<Vec<WorkId>> {
         ))
         .into());
     }
-    WorkId::new(name)?;
+    crate::internal::user_work_id(name)?;
     let longest = name.len() + PERMIT_INFIX.len() + (permits - 1).to_string().len();
     if longest > MAX_WORK_ID_BYTES {
         return Err(InvalidInput::Config(format!(

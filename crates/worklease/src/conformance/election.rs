@@ -412,8 +412,9 @@ pub async fn election_step_down_request_is_honoured(s: &Suite) {
 
     // A request for a's term, made late, leaves b leading.
     let late = s.holder_on(s.store.clone(), &format!("{a_term}/late-ops"));
+    let requests = WorkId::new(format!("{election}/step-down")).expect("valid work ID");
     let token = late
-        .acquire(&format!("{election}/step-down"), super::fast())
+        .acquire_first(std::slice::from_ref(&requests), super::fast())
         .await
         .expect("the request lease is free");
     late.release(token).await.expect("release the request");

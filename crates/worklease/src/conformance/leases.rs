@@ -14,8 +14,8 @@ use crate::store::LeaseEnd;
 use crate::{Config, Leases, RenewalOptions, Token, WorkId};
 
 /// Bad input: zero TTL, empty holder, empty / oversized / control-character
-/// work IDs and oversized checkpoints get an error naming the limit, and
-/// nothing is written.
+/// / reserved work IDs and oversized checkpoints get an error naming the
+/// limit, and nothing is written.
 pub async fn bad_input(s: &Suite) {
     let e = Leases::new(s.store.clone(), Config::new("h", Duration::ZERO)).unwrap_err();
     assert!(
@@ -53,6 +53,22 @@ pub async fn bad_input(s: &Suite) {
         matches!(e, Error::Invalid(InvalidInput::ControlCharacter { .. })),
         "{e}"
     );
+    // The work IDs of worklease's own leases beside a user's (a fair
+    // line's queue and waiters, an election's step-down requests) are not
+    // a user's to take, one by one or in a batch.
+    for reserved in ["fair-queue", "fair-waiter/0", "step-down"] {
+        let id = format!("{}/reserved/{reserved}", s.prefix);
+        let e = a.acquire(&id, fast()).await.unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid(InvalidInput::ReservedWorkId { .. })),
+            "{id}: {e}"
+        );
+        let e = a.acquire_many([id.as_str()], 1).await.unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid(InvalidInput::ReservedWorkId { .. })),
+            "{id} in a batch: {e}"
+        );
+    }
     assert_eq!(
         s.store.inspect(&[]).await.expect("inspect").len(),
         before,

@@ -47,7 +47,9 @@ pub const REQUEST_TTL: Duration = Duration::from_secs(10);
 /// # Errors
 /// [`Error::Invalid`] naming the limit: not a work ID (empty, over
 /// [`MAX_WORK_ID_BYTES`], a control character), over
-/// [`MAX_WORK_ID_BYTES`] − 10 bytes, or ending with `/step-down`.
+/// [`MAX_WORK_ID_BYTES`] − 10 bytes, or reserved
+/// ([`crate::is_internal_work_id`]: ending with `/step-down`,
+/// `/fair-queue` or `/fair-waiter/<n>`).
 pub fn check_name(name: &str) -> Result<WorkId> {
     let election = WorkId::new(name)?;
     requests_id(&election)?;
@@ -59,17 +61,11 @@ pub fn check_name(name: &str) -> Result<WorkId> {
 /// # Errors
 /// [`Error::Invalid`] when `election` is too long to carry the suffix
 /// (an election name is at most [`MAX_WORK_ID_BYTES`] − 10 bytes), or
-/// ends with it (`NAME/step-down` is reserved for `NAME`'s requests).
+/// is a work ID worklease keeps for itself ([`crate::is_internal_work_id`]:
+/// `NAME/step-down` is reserved for `NAME`'s requests, `T/fair-queue`
+/// and `T/fair-waiter/<n>` for the fair line of `T`).
 pub(crate) fn requests_id(election: &WorkId) -> Result<WorkId> {
-    if election.as_str().ends_with(STEP_DOWN_SUFFIX) {
-        return Err(InvalidInput::Config(format!(
-            "election name {:?} ends with {STEP_DOWN_SUFFIX:?}, which is reserved for the step-down \
-             requests of the election {:?}",
-            election.as_str(),
-            &election.as_str()[..election.as_str().len() - STEP_DOWN_SUFFIX.len()]
-        ))
-        .into());
-    }
+    crate::internal::user_work_id(election.as_str())?;
     let id = format!("{election}{STEP_DOWN_SUFFIX}");
     if id.len() > MAX_WORK_ID_BYTES {
         return Err(InvalidInput::Config(format!(
@@ -134,7 +130,11 @@ pub(crate) async fn ask(
     let wait = AcquireOptions::new()
         .wait_for_lease()
         .wait_timeout(REQUEST_TTL + Duration::from_secs(1));
-    let token = leases.acquire(requests.as_str(), wait).await?;
+    // The requests' own work ID is reserved: not through `acquire`, which
+    // refuses it to users.
+    let token = leases
+        .acquire_first(std::slice::from_ref(requests), wait)
+        .await?;
     leases.release(token).await
 }
 
@@ -262,6 +262,9 @@ mod tests {
         let reserved = WorkId::new("cy/step-down").expect("valid");
         let e = requests_id(&reserved).unwrap_err();
         assert!(e.to_string().contains("reserved"), "{e}");
+        let queue = WorkId::new("cy/fair-queue").expect("valid");
+        let e = requests_id(&queue).unwrap_err();
+        assert!(e.to_string().contains("fair line"), "{e}");
         let ok = WorkId::new("scheduler").expect("valid");
         assert_eq!(
             requests_id(&ok).expect("fits").as_str(),
