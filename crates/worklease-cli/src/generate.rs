@@ -8,6 +8,7 @@
 //! `worklease-SUBCOMMAND(1)` for each subcommand (`worklease-checkpoint-set(1)`
 //! for a nested one). The Debian package ships them all (`man --out-dir`).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Command};
@@ -68,9 +69,10 @@ pub struct ManArgs {
 }
 
 /// Runs `worklease completions`: the script for the shell on stdout.
-pub fn completions(args: CompletionsArgs, mut cmd: Command) -> Result<u8, Failure> {
+pub fn completions(args: CompletionsArgs, cmd: Command) -> Result<u8, Failure> {
     let mut script = Vec::new();
     let name = cmd.get_name().to_owned();
+    let mut cmd = without_hidden(&cmd);
     clap_complete::generate(args.shell, &mut cmd, name, &mut script);
     write_stdout(&script)?;
     Ok(0)
@@ -110,11 +112,25 @@ pub fn man(args: ManArgs, cmd: Command) -> Result<u8, Failure> {
             })?;
     }
     let mut text = Vec::new();
-    page(page_of, &source, &date)
-        .render(&mut text)
+    render(page_of, &source, &date, &mut text)
         .map_err(|e| Failure::new(exit::IO, format!("cannot render the man page: {e}")))?;
     write_stdout(&text)?;
     Ok(0)
+}
+
+/// What the completion scripts offer: `cmd` with its arguments,
+/// description and aliases, and its subcommands (recursively) but the
+/// hidden ones (`demo-shard`, the demo's own child), which clap_complete
+/// would offer too.
+fn without_hidden(cmd: &Command) -> Command {
+    let mut out = Command::new(cmd.get_name().to_owned())
+        .args(cmd.get_arguments().cloned())
+        .subcommands(visible_subcommands(cmd).map(without_hidden))
+        .visible_aliases(cmd.get_visible_aliases().map(str::to_owned));
+    if let Some(about) = cmd.get_about() {
+        out = out.about(about.clone());
+    }
+    out
 }
 
 /// The subcommands that have a page: all but the hidden ones.
@@ -122,12 +138,71 @@ fn visible_subcommands(cmd: &Command) -> impl Iterator<Item = &Command> {
     cmd.get_subcommands().filter(|sub| !sub.is_hide_set())
 }
 
-/// The page of `cmd` (a built command or subcommand).
-fn page(cmd: &Command, source: &str, date: &str) -> clap_mangen::Man {
-    clap_mangen::Man::new(cmd.clone())
+/// Writes the page of `cmd` (a built command or subcommand): clap_mangen's
+/// sections in its order, but the text after the options (`after_help`)
+/// as [`details`] renders it, not as one filled paragraph per blank line.
+fn render(cmd: &Command, source: &str, date: &str, w: &mut dyn Write) -> std::io::Result<()> {
+    let man = clap_mangen::Man::new(cmd.clone())
         .date(date)
         .source(source)
-        .manual("worklease manual")
+        .manual("worklease manual");
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(w)?;
+    }
+    if visible_subcommands(cmd).next().is_some() {
+        man.render_subcommands_section(w)?;
+    }
+    if let Some(text) = cmd.get_after_long_help().or(cmd.get_after_help()) {
+        w.write_all(details(&text.to_string()).as_bytes())?;
+    }
+    if cmd.get_version().is_some() {
+        man.render_version_section(w)?;
+    }
+    Ok(())
+}
+
+/// The DETAILS section of a page from a command's help text: paragraphs
+/// (lines up to a blank line, or up to a change of indentation) are
+/// filled; indented lines (examples, the exit status table, URL forms)
+/// are kept as written (`.nf`), so that groff neither joins nor breaks
+/// them. The section ends with the page's adjustment and hyphenation
+/// restored (`.ad b`, `.hy`) for the sections after it.
+fn details(text: &str) -> String {
+    let mut roff = roff::Roff::new();
+    // Left-adjusted and unhyphenated: store URLs stay whole, and a long one
+    // does not stretch the line before it.
+    roff.control("SH", ["DETAILS"])
+        .control("ad", ["l"])
+        .control("nh", []);
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let indented = line.starts_with(' ');
+        let mut block = vec![line];
+        while let Some(next) = lines.peek() {
+            if next.trim().is_empty() || next.starts_with(' ') != indented {
+                break;
+            }
+            block.extend(lines.next());
+        }
+        if indented {
+            roff.control("PP", []).control("nf", []);
+            for l in block {
+                roff.text([roff::roman(l)]);
+            }
+            roff.control("fi", []);
+        } else {
+            roff.control("PP", []).text([roff::roman(block.join(" "))]);
+        }
+    }
+    roff.control("ad", ["b"]).control("hy", []);
+    roff.render()
 }
 
 /// Writes the page of `cmd` and of each of its visible subcommands, nested
@@ -136,7 +211,10 @@ fn write_pages(cmd: &Command, source: &str, date: &str, dir: &Path) -> std::io::
     for sub in visible_subcommands(cmd) {
         write_pages(sub, source, date, dir)?;
     }
-    page(cmd, source, date).generate_to(dir).map(drop)
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+    let mut file = std::fs::File::create(dir.join(format!("{name}.1")))?;
+    render(cmd, source, date, &mut file)?;
+    file.flush()
 }
 
 /// The pages' date (YYYY-MM-DD, UTC): `SOURCE_DATE_EPOCH` (seconds since

@@ -44,6 +44,8 @@ fn completions_for_every_shell_name_every_subcommand() {
         }
         // Options too, down to a subcommand's own.
         assert!(script.contains("work-ids"), "{shell}: no --work-ids");
+        // Not the hidden child of `worklease demo`.
+        assert!(!script.contains("demo-shard"), "{shell}: offers demo-shard");
     }
 }
 
@@ -79,8 +81,60 @@ fn the_man_page_has_a_title_and_refers_to_every_subcommand_page() {
         let reference = format!("worklease\\-{name}(1)");
         assert!(page.contains(&reference), "no {reference} in {page}");
     }
-    // The long help's exit statuses are part of the page.
-    assert!(page.contains("Exit status"), "{page}");
+    // The long help's exit statuses are part of the page, its table kept
+    // as written (no-fill), one status per line.
+    let details = page
+        .split("\n.SH DETAILS\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no DETAILS section: {page}"));
+    let table = details
+        .split("Exit status:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no exit status: {details}"));
+    assert!(
+        table.starts_with(".PP\n.nf\n  0 "),
+        "the exit status table is not kept as written: {table}"
+    );
+    assert!(table.contains("\n  64 "), "{table}");
+}
+
+/// Every page reads without a groff warning where groff is installed (the
+/// Debian package's check runs it on every machine).
+#[test]
+fn every_page_is_free_of_groff_warnings() {
+    let groff = std::process::Command::new("groff")
+        .arg("--version")
+        .output();
+    if !groff.is_ok_and(|o| o.status.success()) {
+        eprintln!("groff is not installed: packaging/check-deb.sh checks the pages");
+        return;
+    }
+    let w = World::new();
+    for page in [
+        &["man"][..],
+        &["man", "run"],
+        &["man", "elect"],
+        &["man", "pool"],
+    ] {
+        let out = dated(&w, page);
+        let mut child = std::process::Command::new("groff")
+            .args(["-man", "-z", "-ww"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("groff");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&out.stdout)
+            .expect("write the page");
+        let done = child.wait_with_output().expect("groff");
+        assert!(done.status.success(), "{page:?}");
+        let warnings = String::from_utf8_lossy(&done.stderr);
+        assert!(warnings.is_empty(), "{page:?}: {warnings}");
+    }
 }
 
 #[test]
