@@ -37,6 +37,8 @@ use worklease::{
 
 #[path = "etcd/leader_changes.rs"]
 mod leader_changes;
+#[path = "etcd/privilege.rs"]
+mod privilege;
 #[path = "etcd/session_revision.rs"]
 mod session_revision;
 #[path = "etcd/sessions.rs"]

@@ -73,11 +73,15 @@ worklease::conformance_tests!(mysql, paused = false, async {
     Suite::new(Arc::new(open_shared(&fresh_table("check")).await))
 });
 
+#[path = "common/privilege.rs"]
+mod common_privilege;
 #[cfg(feature = "mysql-tls")]
 #[path = "common/tls.rs"]
 mod common_tls;
 #[path = "mysql/outages.rs"]
 mod outages;
+#[path = "mysql/privilege.rs"]
+mod privilege;
 #[path = "mysql/server.rs"]
 mod server;
 #[cfg(feature = "mysql-tls")]

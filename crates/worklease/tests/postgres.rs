@@ -86,6 +86,10 @@ worklease::conformance_tests!(postgres, paused = false, async {
 mod batch;
 #[path = "postgres/cluster.rs"]
 mod cluster;
+#[path = "common/privilege.rs"]
+mod common_privilege;
+#[path = "postgres/privilege.rs"]
+mod privilege;
 
 use cluster::{forget_connections, free_port, Cluster};
 

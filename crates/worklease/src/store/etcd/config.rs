@@ -264,6 +264,20 @@ impl EtcdConfig {
     /// TLS 1.3).
     ///
     /// [`closed_by_peer`]: super::rpc::closed_by_peer
+    /// The hint added to a refusal for permissions (etcd's RBAC): who
+    /// the user is (never the password) and what its roles must grant.
+    pub(super) fn permission_hint(&self) -> String {
+        let who = match &self.user {
+            Some((name, _)) => format!("the etcd user {name:?}"),
+            None => "a client without a user (the URL names none)".to_string(),
+        };
+        format!(
+            " ({who} lacks a permission: it needs a role with readwrite on the key prefix {:?}, \
+             as `etcdctl role grant-permission ROLE readwrite --prefix {}`)",
+            self.prefix, self.prefix
+        )
+    }
+
     pub(super) fn closed_hint(&self) -> &'static str {
         #[cfg(feature = "etcd-tls")]
         if let Some(tls) = &self.tls {

@@ -304,7 +304,11 @@
 //! URL: `etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/][?prefix=P]`
 //! ([`EtcdConfig::from_url`]); the port defaults to 2379. A user name
 //! turns on etcd's authentication (the password is sent to get a token,
-//! never shown: see [`crate::store::url::redact`]).
+//! never shown: see [`crate::store::url::redact`]). The user needs a role
+//! with readwrite on the prefix and nothing else (docs/operators.md, "Least
+//! privilege"); a refusal names the user and the prefix. Not guaranteed: an
+//! etcd without the fix of its RBAC bypass for writes nested in
+//! transactions lets a read-only user take leases.
 //!
 //! TLS (cargo feature `etcd-tls`, rustls through `etcd-client`'s `tls`):
 //! `etcds://HOST:PORT,...?prefix=P&cacert=PATH[&cert=PATH&key=PATH]`

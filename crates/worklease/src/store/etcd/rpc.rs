@@ -48,6 +48,12 @@ fn never_reached(e: &etcd_client::Error) -> bool {
     false
 }
 
+/// Whether the member refused the request for the user's permissions
+/// (etcd's RBAC: the user's roles do not cover a key).
+fn permission_denied(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::PermissionDenied)
+}
+
 /// Whether the member closed or reset the connection under a request
 /// (hyper then cancels the request): what a member that serves TLS does to
 /// a client that speaks plain HTTP/2, and one run with
@@ -220,9 +226,11 @@ impl Core {
             if !fails_over(&error) || attempt >= attempts || out_of_time {
                 return Err(if reached {
                     let hint = if closed_by_peer(&error) {
-                        self.config.closed_hint()
+                        self.config.closed_hint().to_string()
+                    } else if permission_denied(&error) {
+                        self.config.permission_hint()
                     } else {
-                        ""
+                        String::new()
                     };
                     store_err(format!("{what}{hint}"), error)
                 } else {

@@ -7,6 +7,7 @@ use mysql_async::{Params, Row};
 
 use crate::error::{Error, Result, StoreError};
 
+use super::schema::{lacks_privilege, FENCING_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
 use super::{MysqlStore, KIND};
 
 /// How many times a statement runs while InnoDB picks it as a deadlock's
@@ -99,8 +100,21 @@ fn connection_lost(e: &mysql_async::Error) -> bool {
     }
 }
 
+/// A driver error as a store error. A refusal for a missing privilege
+/// (the server's message names the privilege and the object) says which
+/// privileges the store needs.
 pub(super) fn db_err(context: &'static str) -> impl FnOnce(mysql_async::Error) -> Error {
-    move |e| StoreError::with_source(KIND, context, e).into()
+    move |e| {
+        if lacks_privilege(&e) {
+            let message = format!(
+                "{context}: the user lacks a privilege: the store needs {TABLE_PRIVILEGES} on \
+                 its table, {FENCING_PRIVILEGES} on its fencing table and \
+                 {PROCEDURE_PRIVILEGES} on its procedures"
+            );
+            return StoreError::with_source(KIND, message, e).into();
+        }
+        StoreError::with_source(KIND, context, e).into()
+    }
 }
 
 /// Column `idx` of `row`, converted.

@@ -79,7 +79,10 @@
 //!   it is refused as not a worklease table, and a newer version as written
 //!   by a newer worklease. The user needs `CREATE`, `ALTER`, `CREATE
 //!   ROUTINE` and `EXECUTE` on the database at the first start, then
-//!   `SELECT`, `INSERT`, `UPDATE`, `DELETE` and `EXECUTE`.
+//!   only [`TABLE_PRIVILEGES`] on the table, [`FENCING_PRIVILEGES`] on the
+//!   fencing table and [`PROCEDURE_PRIVILEGES`] on the procedures: an
+//!   owner may run [`TableName::ddl`] instead, and a user that may not
+//!   create gets that DDL in its error.
 //!
 //! Not guaranteed or not supported: durability beyond the server's own
 //! (`innodb_flush_log_at_trx_commit=1`, the default, for an acknowledged
@@ -134,6 +137,7 @@ mod tls;
 pub use crate::store::sql_rows::FencedTransactionError;
 pub use batch::MAX_BATCH;
 pub use config::{MysqlOptions, MysqlUrl, TableName, DEFAULT_TABLE, MAX_TABLE_NAME_BYTES};
+pub use schema::{FENCING_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
 pub use sql::SCHEMA_VERSION;
 
 use config::{describe, parse_url};

@@ -1,15 +1,71 @@
 //! The lease table, its fencing sequence and its procedures: created on
 //! first use (one process at a time, under a named lock), and the schema
-//! version checked.
+//! version checked; the DDL and the privileges of a user that may not
+//! create them.
 
 use mysql_async::prelude::Queryable;
 
-use crate::error::{Result, StoreError};
+use crate::error::{Error, Result, StoreError};
 use crate::store::sql_rows::{check_schema_comment, no_store};
 
+use super::config::TableName;
 use super::conn::db_err;
-use super::sql::SCHEMA_VERSION;
+use super::sql::{Sql, SCHEMA_VERSION};
 use super::{MysqlStore, KIND};
+
+/// The privileges the store's user needs on the lease table once it
+/// exists, for `GRANT ... ON db.table`. No `DELETE`: the store never
+/// deletes a lease row.
+pub const TABLE_PRIVILEGES: &str = "SELECT, INSERT, UPDATE";
+
+/// The privileges the store's user needs on the fencing table
+/// (`<table>_fencing`): each acquisition inserts a row for its
+/// `AUTO_INCREMENT` value and deletes it by ID.
+pub const FENCING_PRIVILEGES: &str = "SELECT, INSERT, DELETE";
+
+/// The privilege the store's user needs on each of the table's procedures
+/// ([`TableName::procedure_names`]), or on the database's routines.
+pub const PROCEDURE_PRIVILEGES: &str = "EXECUTE";
+
+/// The server's error codes of a missing privilege: on a table, a column,
+/// a routine, the database, or a global one.
+const ER_ACCESS_DENIED: [u16; 5] = [1142, 1143, 1370, 1044, 1227];
+
+/// Whether the server refused `e` for a missing privilege.
+pub(super) fn lacks_privilege(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if ER_ACCESS_DENIED.contains(&s.code))
+}
+
+impl TableName {
+    /// The statements that create this table, its fencing table and its
+    /// procedures, one statement each (for a client library), the same
+    /// the store runs on first use.
+    pub fn ddl_statements(&self) -> Vec<String> {
+        let sql = Sql::new(self);
+        sql.create
+            .iter()
+            .cloned()
+            .chain(sql.procedures.into_iter().map(|(_, create)| create))
+            .collect()
+    }
+
+    /// [`TableName::ddl_statements`] as a script for the `mysql` or
+    /// `mariadb` command-line client (procedures between `DELIMITER`
+    /// lines), for an owner to run where the store's user may not create
+    /// them (then grant it [`TABLE_PRIVILEGES`], [`FENCING_PRIVILEGES`] and
+    /// [`PROCEDURE_PRIVILEGES`]).
+    pub fn ddl(&self) -> String {
+        let statements = self.ddl_statements();
+        let (tables, procedures) = statements.split_at(2);
+        let mut out: String = tables.iter().map(|s| format!("{s};\n")).collect();
+        out.push_str("DELIMITER //\n");
+        for p in procedures {
+            out.push_str(&format!("{p} //\n"));
+        }
+        out.push_str("DELIMITER ;\n");
+        out
+    }
+}
 
 /// How long a start waits for another process's schema creation, in
 /// seconds (`GET_LOCK`'s timeout).
@@ -88,10 +144,13 @@ impl MysqlStore {
         } else if !self.options.create_schema {
             return Err(no_store(KIND, table, &self.shown));
         }
-        for create in &self.sql.create {
-            conn.query_drop(create)
-                .await
-                .map_err(db_err("cannot create the lease tables"))?;
+        // Only what is missing: a user without CREATE goes on.
+        if comment.is_none() || has_fencing.is_none() {
+            for create in &self.sql.create {
+                conn.query_drop(create)
+                    .await
+                    .map_err(|e| self.schema_err(e))?;
+            }
         }
         if comment.is_some() && has_fencing.is_none() {
             // The sequence was dropped by hand: continue above every token
@@ -110,7 +169,7 @@ impl MysqlStore {
                 table.fencing_quoted()
             ))
             .await
-            .map_err(db_err("cannot advance the fencing sequence"))?;
+            .map_err(|e| self.schema_err(e))?;
         }
         let existing: Vec<String> = conn
             .exec(
@@ -128,9 +187,35 @@ impl MysqlStore {
             if !existing.contains(name) {
                 conn.query_drop(create)
                     .await
-                    .map_err(db_err("cannot create a stored procedure"))?;
+                    .map_err(|e| self.schema_err(e))?;
             }
         }
         Ok(())
+    }
+
+    /// The error of a failed creation: where the user may not create,
+    /// one that carries the DDL for an owner to run.
+    fn schema_err(&self, e: mysql_async::Error) -> Error {
+        let table = &self.options.table;
+        if !lacks_privilege(&e) {
+            return db_err("cannot create the lease tables and their procedures")(e);
+        }
+        StoreError::with_source(
+            KIND,
+            format!(
+                "the user of {} may not create table {table}, its fencing table or its \
+                 procedures: have an owner run\n{}and grant the user {TABLE_PRIVILEGES} ON \
+                 {}, {FENCING_PRIVILEGES} ON {} and {PROCEDURE_PRIVILEGES} ON PROCEDURE {} \
+                 (docs/operators.md, \"Least privilege\"; a procedure the user may not \
+                 execute is hidden from it, and taken for missing); the cause",
+                self.shown,
+                table.ddl(),
+                table.quoted(),
+                table.fencing_quoted(),
+                table.procedure_names().join(", ")
+            ),
+            e,
+        )
+        .into()
     }
 }

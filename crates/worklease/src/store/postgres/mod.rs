@@ -86,6 +86,10 @@
 //!   processes may start at once. The table's comment records the schema
 //!   version ([`SCHEMA_VERSION`]); a table without it is refused as not a
 //!   worklease table, and a newer version as written by a newer worklease.
+//!   Least privilege: a role that may not create them runs with only
+//!   [`TABLE_PRIVILEGES`] on the table and [`SEQUENCE_PRIVILEGES`] on the
+//!   sequence once an owner ran [`TableName::ddl`]; without `CREATE` and
+//!   without the table, the error carries that DDL.
 //!
 //! Not supported: connection poolers in transaction mode (prepared
 //! statements and `LISTEN` need a session: point the store at PostgreSQL or
@@ -155,7 +159,7 @@ pub use config::{
     PostgresOptions, PostgresUrl, TableName, DEFAULT_TABLE, MAX_QUALIFIED_NAME_BYTES,
     MAX_TABLE_NAME_BYTES,
 };
-pub use schema::SCHEMA_VERSION;
+pub use schema::{SCHEMA_VERSION, SEQUENCE_PRIVILEGES, TABLE_PRIVILEGES};
 
 use config::{describe, parse_url};
 use listener::{listen, ListenerConnect, MessageStream, Shared};

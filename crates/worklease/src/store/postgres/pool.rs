@@ -5,6 +5,7 @@ use tokio_postgres::Row;
 
 use crate::error::{Error, Result, StoreError};
 
+use super::schema::{lacks_privilege, SEQUENCE_PRIVILEGES, TABLE_PRIVILEGES};
 use super::{PostgresStore, KIND};
 
 impl PostgresStore {
@@ -56,8 +57,20 @@ pub(super) fn pool_err(shown: &str) -> impl FnOnce(deadpool_postgres::PoolError)
     move |e| StoreError::with_source(KIND, format!("cannot get a connection to {shown}"), e).into()
 }
 
+/// A driver error as a store error. A refusal for a missing privilege
+/// (SQLSTATE 42501; the server's message names the object) says which
+/// privileges the store needs.
 pub(super) fn db_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
-    move |e| StoreError::with_source(KIND, context, e).into()
+    move |e| {
+        if lacks_privilege(&e) {
+            let message = format!(
+                "{context}: the role lacks a privilege (SQLSTATE 42501): the store needs \
+                 {TABLE_PRIVILEGES} on its table and {SEQUENCE_PRIVILEGES} on its fencing sequence"
+            );
+            return StoreError::with_source(KIND, message, e).into();
+        }
+        StoreError::with_source(KIND, context, e).into()
+    }
 }
 
 pub(super) fn get<'a, T: tokio_postgres::types::FromSql<'a>>(

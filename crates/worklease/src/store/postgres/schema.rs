@@ -1,14 +1,60 @@
 //! The lease table and its fencing sequence: created on first use, and the
-//! schema version checked.
+//! schema version checked; the DDL and the privileges of a role that may
+//! not create them.
 
-use crate::error::Result;
+use tokio_postgres::error::SqlState;
+
+use crate::error::{Error, Result, StoreError};
 use crate::store::sql_rows::{check_schema_comment, no_store, COMMENT_PREFIX};
 
+use super::config::TableName;
 use super::pool::{db_err, get, pool_err};
 use super::{PostgresStore, KIND};
 
 /// The schema version this code writes, recorded in the table's comment.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// The privileges the store's role needs on the lease table, once it
+/// exists: for `GRANT ... ON TABLE`. No `DELETE`: the store never
+/// deletes a row.
+pub const TABLE_PRIVILEGES: &str = "SELECT, INSERT, UPDATE";
+
+/// The privilege the store's role needs on the fencing sequence
+/// (`nextval`), for `GRANT ... ON SEQUENCE`.
+pub const SEQUENCE_PRIVILEGES: &str = "USAGE";
+
+impl TableName {
+    /// The statements that create this table and its fencing sequence,
+    /// for an owner to run where the store's role may not create them
+    /// (then grant it [`TABLE_PRIVILEGES`] and [`SEQUENCE_PRIVILEGES`]).
+    /// The same statements the store runs on first use.
+    pub fn ddl(&self) -> String {
+        let (t, seq) = (self.quoted(), self.sequence_quoted());
+        format!(
+            "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint MINVALUE 1 NO CYCLE CACHE 1;\n\
+             CREATE TABLE {t} (\
+                work_id            text COLLATE \"C\" PRIMARY KEY, \
+                holder_id          text NOT NULL, \
+                fencing_token      bigint NOT NULL, \
+                ttl_ms             bigint NOT NULL, \
+                phase              text NOT NULL CHECK (phase IN ('held', 'released', 'revoked')), \
+                acquired_at        timestamptz NOT NULL, \
+                expires_at         timestamptz NOT NULL, \
+                checkpoint         bytea, \
+                prev_holder_id     text, \
+                prev_fencing_token bigint, \
+                prev_end           text CHECK (prev_end IN ('released', 'expired', 'revoked')), \
+                wanted             boolean NOT NULL DEFAULT false\
+             );\n\
+             COMMENT ON TABLE {t} IS '{COMMENT_PREFIX}{SCHEMA_VERSION}';\n"
+        )
+    }
+}
+
+/// Whether the server refused `e` for a missing privilege (SQLSTATE 42501).
+pub(super) fn lacks_privilege(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+}
 
 impl PostgresStore {
     pub(super) async fn migrate(&self) -> Result<()> {
@@ -43,45 +89,50 @@ impl PostgresStore {
         } else if !self.options.create_schema {
             return Err(no_store(KIND, table, &self.shown));
         }
-        tx.batch_execute(&format!(
-            "CREATE SEQUENCE IF NOT EXISTS {seq} AS bigint MINVALUE 1 NO CYCLE CACHE 1"
-        ))
-        .await
-        .map_err(db_err("cannot create the fencing sequence"))?;
-        if !has_table {
-            tx.batch_execute(&format!(
-                "CREATE TABLE {t} (\
-                    work_id            text COLLATE \"C\" PRIMARY KEY, \
-                    holder_id          text NOT NULL, \
-                    fencing_token      bigint NOT NULL, \
-                    ttl_ms             bigint NOT NULL, \
-                    phase              text NOT NULL CHECK (phase IN ('held', 'released', 'revoked')), \
-                    acquired_at        timestamptz NOT NULL, \
-                    expires_at         timestamptz NOT NULL, \
-                    checkpoint         bytea, \
-                    prev_holder_id     text, \
-                    prev_fencing_token bigint, \
-                    prev_end           text CHECK (prev_end IN ('released', 'expired', 'revoked')), \
-                    wanted             boolean NOT NULL DEFAULT false\
-                 ); \
-                 COMMENT ON TABLE {t} IS '{COMMENT_PREFIX}{SCHEMA_VERSION}'"
-            ))
-            .await
-            .map_err(db_err("cannot create the lease table"))?;
+        // Nothing to create: a role without CREATE goes on.
+        let created = if !has_table {
+            tx.batch_execute(&table.ddl()).await
         } else if !has_seq {
             // The sequence was dropped by hand: continue above every token
             // the table has seen.
             tx.batch_execute(&format!(
-                "SELECT setval('{seq}'::regclass, m) FROM (\
+                "CREATE SEQUENCE {seq} AS bigint MINVALUE 1 NO CYCLE CACHE 1; \
+                 SELECT setval('{seq}'::regclass, m) FROM (\
                     SELECT GREATEST(max(fencing_token), max(prev_fencing_token)) AS m FROM {t}\
                  ) AS s WHERE m IS NOT NULL"
             ))
             .await
-            .map_err(db_err("cannot advance the fencing sequence"))?;
-        }
+        } else {
+            Ok(())
+        };
+        created.map_err(|e| self.schema_err(e))?;
         tx.commit()
             .await
             .map_err(db_err("cannot commit the schema"))?;
         Ok(())
+    }
+
+    /// The error of a failed creation: where the role may not create,
+    /// one that carries the DDL for an owner to run.
+    fn schema_err(&self, e: tokio_postgres::Error) -> Error {
+        let table = &self.options.table;
+        if !lacks_privilege(&e) {
+            return db_err("cannot create the lease table and its fencing sequence")(e);
+        }
+        StoreError::with_source(
+            KIND,
+            format!(
+                "the role of {} may not create table {table} or its fencing sequence \
+                 (SQLSTATE 42501): have an owner run\n{}and grant the role {TABLE_PRIVILEGES} \
+                 ON TABLE {} and {SEQUENCE_PRIVILEGES} ON SEQUENCE {}\n(docs/operators.md, \
+                 \"Least privilege\"); the cause",
+                self.shown,
+                table.ddl(),
+                table.quoted(),
+                table.sequence_quoted()
+            ),
+            e,
+        )
+        .into()
     }
 }
