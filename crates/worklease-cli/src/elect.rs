@@ -3,7 +3,9 @@
 //!
 //! 1. Check the arguments before touching the store, then campaign (wait to
 //!    lead, polling every `--poll`; woken at once only by stores with
-//!    notifications); a signal while campaigning ends the wait with 128 + N.
+//!    notifications); a signal while campaigning ends the wait with 128 + N,
+//!    once a grant that came anyway is released (at most
+//!    [`settle::SETTLE_LIMIT`]).
 //! 2. While leading: run the child with the `WORKLEASE_*` environment (the
 //!    generation is `WORKLEASE_FENCING_TOKEN`) under the same supervision
 //!    as `run` ([`crate::supervise::supervise`]): signals, job control,
@@ -35,6 +37,7 @@ use crate::exit::{self, Failure};
 use crate::health::{self, Health};
 use crate::progress::Progress;
 use crate::run::{check_command, check_lease_args, default_holder, say_lost};
+use crate::settle;
 use crate::supervise::{cannot_run, spawn, supervise, Signals};
 use crate::{
     parse_duration, parse_election, parse_holder_id, parse_metrics_addr, parse_poll, parse_ttl,
@@ -171,8 +174,9 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
             stepped_down: &stepped_down,
             health: health.as_deref(),
         };
-        let lead = campaign(&args, &elector, term, &child_url, grace, &progress);
-        tokio::pin!(lead);
+        let mut lead = Box::pin(campaign(
+            &args, &elector, term, &child_url, grace, &progress,
+        ));
         let outcome = tokio::select! {
             outcome = &mut lead => outcome,
             sig = signal_while_campaigning(&signals, &leading) => match sig {
@@ -182,6 +186,11 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
                         "worklease: {sig} while campaigning for {:?}: gave up",
                         args.election.as_str()
                     );
+                    // The campaign's acquisition may be granted anyway:
+                    // dropped, it is released in the background; let that
+                    // finish before exiting.
+                    drop(lead);
+                    settle::before_exit(elector.settle(settle::bound(args.ttl)), args.ttl).await;
                     return Ok(128 + sig as u8);
                 }
                 None => lead.await,

@@ -90,6 +90,7 @@ mod pool;
 mod progress;
 mod release;
 mod run;
+mod settle;
 mod status;
 mod supervise;
 

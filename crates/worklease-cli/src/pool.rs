@@ -76,6 +76,7 @@ use worklease::{AcquireOptions, Config, Error, Leases, Token, WorkId};
 
 use crate::exit::{self, Failure};
 use crate::run::{check_command, check_lease_args, default_holder, fmt_secs, warn_if_memory};
+use crate::settle;
 use crate::supervise::{
     cannot_run, spawn_in_group, supervise_with, terminating, HeldLease, Signals, Stop, MAX_CHILDREN,
 };
@@ -162,6 +163,9 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
             }
         }
     };
+    // Acquisitions of slots given up when the pool stopped may be granted
+    // anyway: they are released in the background; let that finish.
+    settle::before_exit(slots.leases.settle(settle::bound(args.ttl)), args.ttl).await;
     if let Some(failure) = lock(&slots.fatal).take() {
         return Err(failure);
     }

@@ -3,7 +3,8 @@
 //! 1. Check the arguments (TTL, `--grace`, a non-empty program name) before
 //!    touching the store, then acquire the lease (exit 75 when it is held
 //!    and `--wait` was not given; with `--wait`, a signal ends the wait with
-//!    128 + N).
+//!    128 + N, once a grant that came anyway is released, at most
+//!    [`settle::SETTLE_LIMIT`]).
 //! 2. Start background renewal and spawn the child in its own process
 //!    group with the `WORKLEASE_*` environment (stdin `/dev/null` when ours
 //!    is a terminal).
@@ -35,6 +36,7 @@ use worklease::{
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
+use crate::settle;
 use crate::supervise::{cannot_run, spawn, supervise, terminating, Signals};
 use crate::RunArgs;
 
@@ -78,6 +80,9 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
                 "worklease: {sig} while waiting for {what} {:?}: gave up",
                 args.work_id.as_str()
             );
+            // A grant of the attempt given up (a fair waiter's place too)
+            // is being released in the background: let it finish.
+            settle::before_exit(leases.settle(settle::bound(args.ttl)), args.ttl).await;
             return Ok(128 + sig as u8);
         }
     };

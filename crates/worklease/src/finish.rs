@@ -48,7 +48,7 @@ impl FinishGuard {
             return Ok(());
         };
         let kind = self.leases.store().kind();
-        let task = tokio::spawn(finish_within(
+        let task = self.leases.spawn_background(finish_within(
             self.leases.clone(),
             renewal,
             state,
@@ -84,8 +84,9 @@ impl FinishGuard {
 
 impl Drop for FinishGuard {
     fn drop(&mut self) {
-        if let (Some(r), Ok(rt)) = (self.renewal.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn(release_within(self.leases.clone(), r, self.timeout));
+        if let (Some(r), Ok(_)) = (self.renewal.take(), tokio::runtime::Handle::try_current()) {
+            self.leases
+                .spawn_background(release_within(self.leases.clone(), r, self.timeout));
         }
     }
 }

@@ -14,6 +14,9 @@
 //! ended, or after the outcome was sent but before it was received. The
 //! release is bounded by the lease's TTL (the grant ends then anyway).
 //!
+//! Both tasks are counted by [`Leases::settle`], which a process awaits
+//! before it exits: its runtime's end would drop them.
+//!
 //! What it does not cover: a grant whose reply is lost (the call fails,
 //! the server granted): nobody knows its fencing token, and it expires
 //! with its TTL, as before.
@@ -47,7 +50,9 @@ where
 {
     let (sender, receiver) = oneshot::channel();
     let owner = leases.clone();
-    tokio::spawn(async move {
+    // Counted by `Leases::settle` until the call ended and its outcome was
+    // handed over (or its grants' release started).
+    leases.spawn_background(async move {
         let outcome = call.await;
         let granted = outcome.as_ref().map(grants).unwrap_or_default();
         // A refused send drops them here, which releases.
@@ -93,11 +98,12 @@ impl Drop for Unclaimed {
         }
         // No runtime (dropped while it shuts down): the grants expire with
         // their TTL.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
-        };
+        }
         let granted = std::mem::take(&mut self.granted);
-        runtime.spawn(release_orphans(self.leases.clone(), granted));
+        self.leases
+            .spawn_background(release_orphans(self.leases.clone(), granted));
     }
 }
 

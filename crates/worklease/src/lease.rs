@@ -163,8 +163,13 @@ pub(crate) struct Inner {
     pub(crate) observer: Arc<dyn LeaseObserver>,
     /// The one renewal scheduler of this handle and its clones.
     pub(crate) session: SessionHandle,
-    /// Places in fair lines this handle is letting go of in the background.
-    pub(crate) letting_go: crate::fair::LettingGo,
+    /// Everything this handle and its clones run in the background
+    /// ([`Leases::settle`] waits for it).
+    pub(crate) background: crate::background::Pending,
+    /// Of those, the places in fair lines being let go of (a fair
+    /// acquisition waits for them first: otherwise it would find its own
+    /// old place still in the line, ahead of it).
+    pub(crate) letting_go: crate::background::Pending,
 }
 
 /// A holder's handle on a store: acquires, renews, checkpoints and releases
@@ -223,7 +228,8 @@ impl Leases {
                 margin,
                 observer: config.observer,
                 session: SessionHandle::default(),
-                letting_go: crate::fair::LettingGo::default(),
+                background: crate::background::Pending::default(),
+                letting_go: crate::background::Pending::default(),
             }),
         })
     }

@@ -62,6 +62,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod background;
 mod batch;
 #[cfg(feature = "testkit")]
 pub mod conformance;
@@ -102,6 +103,7 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../README.md")]
 pub struct CrateReadmeDoctests;
 
+pub use background::Unsettled;
 pub use error::{Error, InvalidInput, Result, StoreError};
 pub use internal::{is_internal_work_id, user_work_id};
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};

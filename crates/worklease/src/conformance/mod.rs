@@ -258,6 +258,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, liveness);
             $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
             $crate::conformance_tests!(@one $paused, $make, dropped_acquisitions_leave_no_lease);
+            $crate::conformance_tests!(@one $paused, $make, settled_drops_leave_no_lease_at_once);
             $crate::conformance_tests!(@one $paused, $make, ttl_precision);
             $crate::conformance_tests!(@one $paused, $make, renewal_survives_transient_failure);
             $crate::conformance_tests!(@one $paused, $make, renewal_lost_when_unreachable);

@@ -443,6 +443,20 @@ impl Elector {
         self.inner.leases.holder_id().as_str()
     }
 
+    /// Waits, at most `timeout` (tokio's clock), until what this elector
+    /// (and its clones) started in the background has ended: the store
+    /// call of a campaign dropped mid-acquisition, the release of its
+    /// grant, the release of a dropped term's lease. A process awaits it
+    /// after dropping its campaigns and before it exits; see
+    /// [`Leases::settle`].
+    ///
+    /// # Errors
+    /// [`crate::Unsettled`] when `timeout` passed first: the lease left
+    /// ends when its TTL runs out.
+    pub async fn settle(&self, timeout: Duration) -> std::result::Result<(), crate::Unsettled> {
+        self.inner.leases.settle(timeout).await
+    }
+
     /// Who leads now, without campaigning: the leader, its term, the value
     /// it publishes and the transitions so far. Reads only: the lease, and
     /// its record where it has one.

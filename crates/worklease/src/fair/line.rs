@@ -1,10 +1,7 @@
 //! The line of a fair target: its work IDs, the record its queue lease
 //! keeps (who is in line, in order), and what one fair acquisition holds.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use bytes::Bytes;
-use tokio::sync::Notify;
 
 use crate::error::{InvalidInput, Result};
 use crate::lease::Leases;
@@ -158,52 +155,18 @@ impl Drop for Hold {
             return;
         }
         let leases = self.leases.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            leases.inner.letting_go.start();
-            rt.spawn(async move {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Counted as the handle's place being let go of until done.
+            let place = leases.inner.letting_go.ticket();
+            leases.clone().spawn_background(async move {
                 let mut hold = Hold {
                     leases,
                     queue,
                     waiter,
                 };
                 hold.let_go().await;
-                hold.leases.inner.letting_go.finish();
+                drop(place);
             });
-        }
-    }
-}
-
-/// The places in fair lines a [`Leases`] handle is letting go of in the
-/// background (a served waiter's, after its acquisition returned). The
-/// handle's next fair acquisition waits for them first: otherwise it would
-/// find its own old place still in the line, ahead of it.
-#[derive(Default)]
-pub(crate) struct LettingGo {
-    count: AtomicUsize,
-    done: Notify,
-}
-
-impl LettingGo {
-    fn start(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn finish(&self) {
-        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.done.notify_waiters();
-        }
-    }
-
-    /// Completes once nothing is being let go of.
-    pub(crate) async fn settled(&self) {
-        loop {
-            let done = self.done.notified();
-            tokio::pin!(done);
-            done.as_mut().enable();
-            if self.count.load(Ordering::SeqCst) == 0 {
-                return;
-            }
-            done.await;
         }
     }
 }

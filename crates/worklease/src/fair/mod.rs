@@ -55,7 +55,6 @@ use crate::token::Token;
 
 pub(crate) mod line;
 
-pub(crate) use line::LettingGo;
 use line::{decode, encode, free_slot, Entry, Hold, Line};
 pub use line::{MAX_WAITERS, QUEUE_SUFFIX, WAITER_INFIX};
 
