@@ -10,7 +10,7 @@
 //! the handle shows, with the rule OpenSSH's `StrictModes` applies to the
 //! directories above `authorized_keys` (`safe_path()`: each directory up to
 //! `/` must be owned by root or the user, and not writable by others),
-//! loosened in two places:
+//! which this module applies as follows:
 //!
 //! * a directory that every user may write to is refused unless it has the
 //!   sticky bit (`/tmp`, `/dev/shm`): there only an entry's owner may
