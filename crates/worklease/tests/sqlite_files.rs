@@ -23,10 +23,16 @@ fn chmod(path: &Path, mode: u32) {
 /// first value lives).
 fn dir_with_mode(mode: u32) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let sub = dir.path().join("sub");
+    let sub = subdir(dir.path(), "sub", mode);
+    (dir, sub)
+}
+
+/// A new directory `name` with `mode` in `parent`.
+fn subdir(parent: &Path, name: &str, mode: u32) -> PathBuf {
+    let sub = parent.join(name);
     std::fs::create_dir(&sub).unwrap();
     chmod(&sub, mode);
-    (dir, sub)
+    sub
 }
 
 /// Changing a file's owner needs root (CI runs as root); as another user
@@ -158,4 +164,108 @@ fn root_accepts_the_store_of_the_user_who_owns_its_directory() {
             "{companion:?}"
         );
     }
+}
+
+/// The entries of `dir`, which the assertions below expect to be empty.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect()
+}
+
+#[test]
+fn a_sqlite_file_uri_is_refused_and_nothing_written() {
+    let (_dir, open) = dir_with_mode(0o777);
+    let target = open.join("leases.db");
+    // SQLite reads a name starting with `file:` as a URI: the checks would
+    // look at `./file:...` while SQLite opened the file in `open`.
+    let url = format!("sqlite:file:{}", target.display());
+    match worklease::store::url::open(&url).err() {
+        Some(Error::Invalid(worklease::InvalidInput::StoreUrl { reason, .. })) => {
+            assert!(reason.contains("sqlite:/"), "{reason}")
+        }
+        other => panic!("expected a refused URL, got {other:?}"),
+    }
+    let name = PathBuf::from(format!("file:{}", target.display()));
+    assert_refused(SqliteStore::open(&name), &name, "sqlite:/");
+    assert!(entries(&open).is_empty());
+    assert!(
+        !Path::new("file:").exists(),
+        "a file: directory was created"
+    );
+}
+
+#[test]
+fn a_symbolic_link_into_a_world_writable_directory_is_refused() {
+    let (dir, open) = dir_with_mode(0o777);
+    // A link to a file not made yet (SQLite would create it there), and
+    // one to a file that exists.
+    for existing in [false, true] {
+        let target = open.join("leases.db");
+        if existing {
+            std::fs::write(&target, b"").unwrap();
+        }
+        let path = dir.path().join(format!("link-{existing}.db"));
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_refused(SqliteStore::open(&path), &path, "sticky bit");
+        let written: Vec<_> = entries(&open)
+            .into_iter()
+            .filter(|p| !existing || *p != target)
+            .collect();
+        assert!(written.is_empty(), "files written: {written:?}");
+        assert_eq!(std::fs::metadata(&target).map(|m| m.len()).unwrap_or(0), 0);
+    }
+}
+
+#[test]
+fn a_symbolic_link_to_a_private_directory_creates_the_file_there_as_0600() {
+    let (dir, private) = dir_with_mode(0o700);
+    let target = private.join("leases.db");
+    let path = dir.path().join("leases.db");
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(mode(&target), 0o600);
+    assert!(std::fs::symlink_metadata(&path)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    for suffix in ["-wal", "-shm"] {
+        let companion = private.join(format!("leases.db{suffix}"));
+        assert_eq!(mode(&companion), 0o600, "{companion:?}");
+    }
+    drop(store);
+}
+
+#[test]
+fn a_world_writable_ancestor_without_the_sticky_bit_is_refused() {
+    // open (0777) / sub (0755, this user's) / leases.db: another user can
+    // rename `sub` away and put their own directory in its place.
+    let (_dir, open) = dir_with_mode(0o777);
+    let sub = subdir(&open, "sub", 0o755);
+    let path = sub.join("leases.db");
+    assert_refused(SqliteStore::open(&path), &path, "sticky bit");
+    match SqliteStore::open(&path) {
+        Err(e) => assert!(
+            e.to_string().contains(&format!("{:?}", open.display())),
+            "{e}"
+        ),
+        Ok(_) => unreachable!(),
+    }
+    assert!(entries(&sub).is_empty());
+}
+
+#[test]
+fn an_ancestor_owned_by_another_user_is_refused() {
+    if !can_chown() {
+        return;
+    }
+    // theirs (nobody's, 0755) / mine (this user's, 0700) / leases.db:
+    // nobody can rename `mine` away.
+    let (_dir, theirs) = dir_with_mode(0o755);
+    let mine = subdir(&theirs, "mine", 0o700);
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), None).unwrap();
+    let path = mine.join("leases.db");
+    assert_refused(SqliteStore::open(&path), &path, &format!("uid {NOBODY}"));
+    assert!(entries(&mine).is_empty());
 }

@@ -55,6 +55,21 @@ const ACCEPTED: &str = "use sqlite:PATH (for example sqlite:/var/lib/worklease/l
      memory:, postgres://..., mysql://..., redis://..., etcd://..., s3://BUCKET/PREFIX, \
      azblob://CONTAINER/PREFIX or dynamodb://TABLE";
 
+/// Why a SQLite path starting with `file:` is refused (by [`parse`] and
+/// by the SQLite store).
+pub(crate) const URI_REFUSED: &str =
+    "SQLite would read a name starting with `file:` as a URI (whose query can \
+     choose an in-memory database, a read-only or immutable open, or another \
+     VFS) and open another file than the one checked: write the plain path, \
+     as sqlite:/path/to/leases.db";
+
+/// Whether SQLite could read `name` as a `file:` URI (checked without
+/// regard to case, as URL schemes are).
+pub(crate) fn starts_with_file_scheme(name: &str) -> bool {
+    name.get(..5)
+        .is_some_and(|head| head.eq_ignore_ascii_case("file:"))
+}
+
 /// A parsed store URL: which store to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -378,6 +393,9 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
                     "a sqlite URL needs the path of the store file, for example sqlite:/var/lib/worklease/leases.db",
                 ));
             }
+            if starts_with_file_scheme(path) {
+                return Err(url_error(url, URI_REFUSED));
+            }
             if let Some(after) = path.strip_prefix('~') {
                 let hint = match after.strip_prefix('/') {
                     Some(rest) => format!("sqlite:$HOME/{rest}"),
@@ -515,6 +533,22 @@ mod tests {
         assert_eq!(
             StoreSpec::Sqlite(PathBuf::from("/tmp/x.db")).to_url(),
             "sqlite:/tmp/x.db"
+        );
+    }
+
+    #[test]
+    fn sqlite_file_uris_are_refused_with_the_plain_form() {
+        for url in [
+            "sqlite:file:/var/lib/worklease/leases.db",
+            "sqlite://file:leases.db?mode=memory",
+            "SQLITE:FILE:/x.db?vfs=unix-none",
+        ] {
+            let r = reason(url);
+            assert!(r.contains("URI") && r.contains("sqlite:/"), "{url}: {r}");
+        }
+        assert!(
+            parse("sqlite:./file:x.db").is_ok(),
+            "a file really named so"
         );
     }
 

@@ -23,12 +23,16 @@ pub(super) struct FileIdentity {
 
 impl FileIdentity {
     pub(super) fn of(path: &Path) -> std::io::Result<Self> {
+        Ok(Self::of_metadata(&std::fs::metadata(path)?))
+    }
+
+    /// The identity of the file these metadata were read from.
+    pub(super) fn of_metadata(m: &std::fs::Metadata) -> Self {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path)?;
-        Ok(Self {
+        Self {
             dev: m.dev(),
             ino: m.ino(),
-        })
+        }
     }
 
     /// Fails unless `path` still names this file.

@@ -103,23 +103,35 @@
 //!   their deadlines instead of renewing in a file nobody else sees while
 //!   a fresh file restarts fencing tokens at 1. A hard-linked file is
 //!   refused at open for the same reason.
-//! * **File permissions.** Anyone who can write the file can take or forge
-//!   any lease in it. A new file is created with mode 0600 (SQLite gives
-//!   its `-wal` and `-shm` files the main file's mode), and directories
-//!   that `sqlite:` URLs create are 0700. Opening fails with
+//! * **File permissions.** Anyone who can write the file, or replace it or
+//!   a directory on its way, can take or forge any lease in it. A new file
+//!   is created with mode 0600 (SQLite gives its `-wal` and `-shm` files
+//!   the main file's mode), and directories that `sqlite:` URLs create are
+//!   0700. Opening fails with
 //!   [`Error::UnsafeStoreFile`](crate::Error::UnsafeStoreFile), before
-//!   anything is written, when the file's directory is writable by every
-//!   user and lacks the sticky bit, or when the file or one of its
-//!   companions is owned by another user than the effective one. Root also
-//!   accepts a file owned by the owner of its directory (a service
-//!   account's store, inspected with `sudo`), never one planted by another
-//!   user in root's or a shared directory. An existing file's mode is left
-//!   as it is. Not checked on targets other than Unix.
+//!   anything is written, when a directory from `/` down to the file's
+//!   (after symbolic links are resolved, and down to each symbolic link
+//!   followed at the file's name too) is writable by every user and lacks
+//!   the sticky bit, or is owned by another user than root or the
+//!   effective one; when a symbolic link followed is another user's; when
+//!   the file or one of its companions is owned by another user than the
+//!   effective one, or a companion is a symbolic link; and when the path
+//!   starts with `file:` (SQLite would read it as a URI). Directories are
+//!   judged through handles opened one inside the other, and SQLite is
+//!   given the canonical path. Root also accepts a file and directories
+//!   owned by the owner of the file's directory (a service account's
+//!   store, inspected with `sudo`), never one planted by another user in
+//!   root's or a shared directory. A group-writable directory is accepted
+//!   (its group is trusted). An existing file's mode is left as it is.
+//!   Not guaranteed: a check of who may write, not of what they did; a
+//!   trusted user (root, the owner) can still swap anything. See
+//!   `perms.rs`.
 //!
 //! Not supported: more than one host (SQLite's locking over network file
 //! systems is unreliable: use PostgreSQL, Redis or etcd), platforms
-//! without a boot ID (Linux and Android have one), and SQLite URIs or
-//! in-memory databases: the path is a plain file path.
+//! without a boot ID (Linux and Android have one), and SQLite URIs
+//! (`file:...`, refused) or in-memory databases (`:memory:`, refused; the
+//! `memory:` store is the in-memory one): the path is a plain file path.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -136,6 +148,7 @@ mod batch;
 mod clock;
 mod file;
 mod ops;
+mod path;
 mod perms;
 mod push;
 mod queue;
@@ -192,13 +205,17 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`Error::UnsafeStoreFile`](crate::Error::UnsafeStoreFile), with
-    /// nothing written, when another local user could write the file: its
-    /// directory is writable by every user and lacks the sticky bit, or the
-    /// file or one of its `-wal`, `-shm`, `-journal` companions is owned by
-    /// another user (see "File permissions" in the module docs). A
-    /// [`StoreError`] when the file cannot be opened or created, its schema
-    /// is newer than this code's [`SCHEMA_VERSION`], or the clock cannot be
-    /// read.
+    /// nothing written, when another local user could write or replace the
+    /// file: a directory from `/` down to it (or to a symbolic link
+    /// followed) is writable by every user without the sticky bit, or is
+    /// owned by another user than root or the effective one; the file, a
+    /// symbolic link followed, or one of its `-wal`, `-shm`, `-journal`
+    /// companions is owned by another user; a companion is a symbolic link;
+    /// or `path` starts with `file:`, which SQLite would read as a URI (see
+    /// "File permissions" in the module docs). A [`StoreError`] when the
+    /// file cannot be opened or created, a directory on its way changed
+    /// while it was checked, its schema is newer than this code's
+    /// [`SCHEMA_VERSION`], or the clock cannot be read.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         Self::open_with_clock(path, Arc::new(BootClock::new()?))
     }
@@ -208,29 +225,37 @@ impl SqliteStore {
     /// # Errors
     /// As [`SqliteStore::open`].
     pub fn open_with_clock(path: impl AsRef<Path>, clock: Arc<dyn StoreClock>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let shown = path.display().to_string();
-        let at = |what: &str| format!("{what} {shown:?}");
-        // A plain file: no URI parsing (which could turn locking off or
-        // open an in-memory database), and none of SQLite's special names.
-        if shown.is_empty() || shown == ":memory:" {
+        let given = path.as_ref();
+        let text = given.to_string_lossy();
+        // A plain file: none of SQLite's special names.
+        if text.is_empty() || text == ":memory:" {
             return Err(StoreError::new(
                 KIND,
-                format!("{shown:?} is not a file path: the SQLite store needs a file that processes share"),
+                format!("{text:?} is not a file path: the SQLite store needs a file that processes share"),
             )
             .into());
         }
-        perms::prepare(&path)?;
+        if crate::store::url::starts_with_file_scheme(&text) {
+            return Err(crate::Error::UnsafeStoreFile {
+                path: given.to_path_buf(),
+                reason: crate::store::url::URI_REFUSED.to_string(),
+            });
+        }
+        let checked = perms::prepare(given)?;
+        // The canonical path: absolute, so SQLite never reads it as a URI
+        // (which could turn locking off or open an in-memory database).
+        let path = checked.path().to_path_buf();
+        let shown = path.display().to_string();
+        let at = |what: &str| format!("{what} {shown:?}");
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let mut conn = Connection::open_with_flags(&path, flags)
             .map_err(db_err(&at("cannot open the database file")))?;
+        checked.recheck()?;
+        let file = checked.identity;
         // Another name for the same file (a hard link) would have its own
         // WAL and lock files: two stores on one table, no exclusion.
-        let file = FileIdentity::of(&path)
-            .map_err(|e| StoreError::with_source(KIND, at("cannot read the metadata of"), e))?;
-        #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
             let links = std::fs::metadata(&path)
@@ -268,6 +293,8 @@ impl SqliteStore {
             )
             .into());
         }
+        // WAL mode made SQLite create (or open) the `-wal` and `-shm` files.
+        checked.recheck()?;
         conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
             .map_err(db_err(&at("cannot set pragmas on")))?;
         migrate(&mut conn, &shown)?;
@@ -301,7 +328,8 @@ impl SqliteStore {
         self
     }
 
-    /// The file this store uses.
+    /// The file this store uses: its canonical path (absolute, symbolic
+    /// links resolved), which may differ from the path it was opened with.
     pub fn path(&self) -> &Path {
         &self.path
     }
