@@ -6,6 +6,7 @@
 //! cargo run --release -p worklease-bench              # everything: BENCHMARKS.md, docs/benchmarks/
 //! cargo run --release -p worklease-bench -- --quick   # a smoke run of a minute or two (target/worklease-bench-quick/)
 //! cargo run --release -p worklease-bench -- report docs/benchmarks/run.json   # the report again from a run's JSON
+//! cargo run --release -p worklease-bench -- replica-wait --url redis://HOST:PORT/0   # the Redis replica wait's cost
 //! ```
 //!
 //! Scenarios ([`ops`], [`handoff`], [`failover`], [`scale`],
@@ -29,6 +30,8 @@ mod plan;
 mod plot;
 mod pool;
 mod procs;
+#[cfg(feature = "redis")]
+mod replica_wait;
 mod report;
 mod results;
 mod scale;
@@ -198,6 +201,25 @@ enum Command {
         #[arg(long, action = clap::ArgAction::Set)]
         push: bool,
     },
+    /// The Redis replica wait's cost: renew and checkpoint with and
+    /// without `wait_replicas=1` on a primary that has a replica (skipped,
+    /// with the reason, when none is connected).
+    #[cfg(feature = "redis")]
+    ReplicaWait {
+        /// The primary [env: WORKLEASE_BENCH_REDIS_REPLICA_URL; default
+        /// redis://127.0.0.1:6379/0].
+        #[arg(long)]
+        url: Option<String>,
+        /// Concurrent clients, each figure in turn.
+        #[arg(long, value_delimiter = ',', default_value = "1,16")]
+        clients: Vec<usize>,
+        /// Slices per variant.
+        #[arg(long, default_value_t = 3)]
+        slices: u32,
+        /// Timed length of a slice, ms.
+        #[arg(long, default_value_t = 1000)]
+        slice_ms: u64,
+    },
     /// The failover scenario's holder process (started by this program).
     #[command(hide = true)]
     Hold {
@@ -293,6 +315,21 @@ fn main() -> std::process::ExitCode {
                 let row = scale::run(&store, &job).await?;
                 println!("{}", serde_json::to_string(&row)?);
                 Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Some(Command::ReplicaWait {
+                url,
+                clients,
+                slices,
+                slice_ms,
+            }) => {
+                let url = server_url(url, replica_wait::URL_VAR, DEFAULT_REDIS);
+                let timing = measure::Timing {
+                    slices,
+                    slice: Duration::from_millis(slice_ms),
+                    warm_up: Duration::from_millis(slice_ms / 10),
+                };
+                replica_wait::run(&url, &clients, timing).await
             }
             None => run(cli.run).await,
         }

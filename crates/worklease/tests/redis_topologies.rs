@@ -4,7 +4,8 @@
 //! ends, also when it fails: TLS (`rediss://`, feature `redis-tls`), ACL
 //! users, the warning about a server without persistence, Sentinel
 //! failover with and without the replica wait, the conformance suite on a
-//! three-primary Redis Cluster.
+//! three-primary Redis Cluster, TLS on a Cluster, and a Cluster's
+//! resharding and failover under load with and without the replica wait.
 
 #![cfg(feature = "redis")]
 
@@ -19,8 +20,12 @@ mod common_tls;
 mod acl;
 #[path = "redis/cluster.rs"]
 mod cluster;
+#[path = "redis/cluster_failover.rs"]
+mod cluster_failover;
 #[path = "redis/failover.rs"]
 mod failover;
+#[path = "redis/holders.rs"]
+mod holders;
 #[path = "redis/persistence.rs"]
 mod persistence;
 #[path = "redis/sentinel.rs"]

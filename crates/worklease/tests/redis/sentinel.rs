@@ -10,7 +10,7 @@ use super::server::{free_port, raw, OwnServer, READY};
 pub(crate) const MASTER: &str = "wl";
 
 /// What a replica logs once it holds the primary's data.
-const SYNCED: &str = "MASTER <-> REPLICA sync: Finished with success";
+pub(crate) const SYNCED: &str = "MASTER <-> REPLICA sync: Finished with success";
 
 /// The processes, killed when dropped; each keeps its directory.
 pub(crate) struct Deployment {

@@ -1,5 +1,5 @@
-//! TLS (`rediss://`, feature `redis-tls`): a module of
-//! `tests/redis_topologies.rs`.
+//! TLS (`rediss://` and `rediss+cluster://`, feature `redis-tls`): a
+//! module of `tests/redis_topologies.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use worklease::store::fault::{Counter, FaultStore};
 use worklease::store::redis::{RedisConfig, RedisStore};
 use worklease::{AcquireOptions, Config, Leases};
 
+use super::cluster::{Cluster, ClusterTls, Shape};
 use super::server::OwnServer;
 
 use super::common_tls::{checkpoint_round_trip, signed_cert, test_ca};
@@ -28,6 +29,41 @@ async fn refused(url: String) -> String {
         .await
         .expect_err("the server must not be usable");
     format!("{e}")
+}
+
+/// Over the TLS connections of `url`: acquires, checkpoints, reads and
+/// renews `work`, then releases it while a waiter (with a poll interval
+/// longer than the test) waits for it: the release's announcement, which
+/// comes through the TLS subscription, wakes the waiter.
+async fn lifecycle_and_wake_up(url: &str, work: &str) {
+    let store = Arc::new(RedisStore::connect(url).await.expect("connect over TLS"));
+    let ttl = Duration::from_secs(30);
+    let a = Leases::new(store, Config::new("tls-a", ttl)).expect("config");
+    let t = checkpoint_round_trip(&a, work).await;
+    let t = a.renew(&t).await.expect("renew over TLS");
+    let attempts = Counter::new();
+    let waiter_store = FaultStore::over(Arc::new(RedisStore::open(url).expect("URL")))
+        .count_acquires_in(attempts.clone());
+    let b = Leases::new(Arc::new(waiter_store), Config::new("tls-b", ttl)).expect("config");
+    let waiter = tokio::spawn({
+        let (b, work) = (b.clone(), work.to_string());
+        async move {
+            let options = AcquireOptions::new()
+                .wait_for_lease()
+                .poll_interval(Duration::from_secs(3600));
+            b.acquire(&work, options).await
+        }
+    });
+    // Its first attempt runs once it is subscribed.
+    attempts.reaches(1).await;
+    a.release(t).await.expect("release over TLS");
+    let t = tokio::time::timeout(Duration::from_secs(600), waiter)
+        .await
+        .expect("the announcement woke the waiter")
+        .expect("waiter task")
+        .expect("the waiter gets the lease");
+    assert_eq!(attempts.get(), 2, "one attempt per wake-up");
+    b.release(t).await.expect("release");
 }
 
 /// A server that listens with TLS only, with a certificate of a
@@ -89,37 +125,7 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
         config
     );
     assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
-    let store = Arc::new(RedisStore::connect(&url).await.expect("connect over TLS"));
-    let ttl = Duration::from_secs(30);
-    let a = Leases::new(store.clone(), Config::new("tls-a", ttl)).expect("config");
-    let work = "jobs/tls";
-    let t = checkpoint_round_trip(&a, work).await;
-    let t = a.renew(&t).await.expect("renew over TLS");
-    // A waiter with a poll interval longer than the test is woken by the
-    // release's announcement, which comes through the TLS subscription.
-    let attempts = Counter::new();
-    let waiter_store = FaultStore::over(Arc::new(RedisStore::open(&url).expect("URL")))
-        .count_acquires_in(attempts.clone());
-    let b = Leases::new(Arc::new(waiter_store), Config::new("tls-b", ttl)).expect("config");
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let options = AcquireOptions::new()
-                .wait_for_lease()
-                .poll_interval(Duration::from_secs(3600));
-            b.acquire(work, options).await
-        }
-    });
-    // Its first attempt runs once it is subscribed.
-    attempts.reaches(1).await;
-    a.release(t).await.expect("release over TLS");
-    let t = tokio::time::timeout(Duration::from_secs(600), waiter)
-        .await
-        .expect("the announcement woke the waiter")
-        .expect("waiter task")
-        .expect("the waiter gets the lease");
-    assert_eq!(attempts.get(), 2, "one attempt per wake-up");
-    b.release(t).await.expect("release");
+    lifecycle_and_wake_up(&url, "jobs/tls").await;
 
     // A certificate that names another host.
     let args = server_args(&wrong_cert, &wrong_key, "no");
@@ -163,4 +169,51 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
     for text in [no_ca, other, no_client_cert, wrong_name] {
         assert!(!text.contains("s3cret"), "{text}");
     }
+}
+
+/// A Redis Cluster over TLS (`tls-cluster yes`, `tls-replication yes`;
+/// three primaries with a replica each, certificates of a throwaway CA)
+/// takes `rediss+cluster://` URLs that trust that CA, with the replica
+/// wait on: a lifecycle works and a waiter is woken through the TLS
+/// subscription. Without `cacert`, connecting fails and says why.
+#[tokio::test]
+async fn tls_cluster_takes_rediss_cluster_urls_that_trust_its_ca() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca_pem, issuer) = test_ca("worklease cluster CA");
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write PEM");
+        path.display().to_string()
+    };
+    let ca = write("ca.pem", &ca_pem);
+    let (pem, key) = signed_cert(&issuer, "127.0.0.1");
+    let (cert, key) = (write("node.pem", &pem), write("node-key.pem", &key));
+    let server = ["--tls-cert-file", &cert, "--tls-key-file", &key]
+        .into_iter()
+        .chain(["--tls-ca-cert-file", &ca, "--tls-auth-clients", "no"])
+        .map(str::to_string)
+        .collect();
+    let cli = ["--tls", "--cacert", &ca].map(str::to_string).to_vec();
+    let tls = ClusterTls { server, cli };
+    let shape = Shape {
+        replicas: 1,
+        tls: Some(&tls),
+        ..Shape::default()
+    };
+    let cluster = Cluster::start_with(&shape).await;
+    let base = cluster.url_with("rediss+cluster", "tls%3A");
+    let url = format!(
+        "{base}&cacert={}&wait_replicas=1&wait_timeout_ms=2000",
+        enc(&ca)
+    );
+    let config = RedisConfig::from_url(&url).expect("a rediss+cluster:// URL");
+    assert_eq!(
+        RedisConfig::from_url(&config.to_url()).expect("round trip"),
+        config
+    );
+    lifecycle_and_wake_up(&url, "jobs/tls-cluster").await;
+
+    // The system's roots do not hold the throwaway CA.
+    let text = refused(base).await;
+    assert!(text.contains("not signed by a trusted CA"), "{text}");
 }

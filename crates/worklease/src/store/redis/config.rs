@@ -26,9 +26,6 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
 /// The query parameters passed on to the `redis` crate.
 const CLIENT_PARAMS: &[&str] = &["protocol"];
-/// Why a Cluster store takes no replica wait.
-const CLUSTER_WAIT: &str =
-    "the replica wait (wait_replicas) is not supported on a Redis Cluster yet";
 /// The TLS parameters (`rediss://` only).
 const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
 
@@ -93,7 +90,7 @@ impl RedisConfig {
     /// primary by; the credentials are the primary's; `rediss://` and
     /// `rediss+sentinel://` with TLS), or
     /// `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT.../[?PARAMS]`
-    /// (Cluster nodes to start from; no TLS, no replica wait yet). The
+    /// (Cluster nodes to start from; `rediss+cluster://` with TLS). The
     /// parameters: `prefix` (the key prefix, percent-decoded; default
     /// [`DEFAULT_PREFIX`]), `wait_replicas` and `wait_timeout_ms` (both or
     /// neither: see [`RedisConfig::wait_for_replicas`]), and `protocol`
@@ -102,8 +99,7 @@ impl RedisConfig {
     /// # Errors
     /// [`InvalidInput::StoreUrl`], with the URL redacted, for a URL that
     /// does not parse, another scheme (`rediss://` in a build without
-    /// `redis-tls`, `rediss+cluster://`), a replica wait on a Cluster, an
-    /// unknown parameter, a bad database number, prefix or
+    /// `redis-tls`), an unknown parameter, a bad database number, prefix or
     /// wait setting.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
@@ -237,9 +233,6 @@ impl RedisConfig {
                 ))
             }
         };
-        if wait.is_some() && matches!(topology, Topology::Cluster { .. }) {
-            return Err(url_error(url, CLUSTER_WAIT));
-        }
         Ok(Self {
             server_url,
             topology,
@@ -291,12 +284,8 @@ impl RedisConfig {
     ///
     /// # Errors
     /// [`InvalidInput::Config`] for zero replicas, a timeout under 1 ms
-    /// (`WAIT` with timeout 0 would block forever), or a Cluster store
-    /// (not supported yet).
+    /// (`WAIT` with timeout 0 would block forever).
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Result<Self> {
-        if matches!(self.topology, Topology::Cluster { .. }) {
-            return Err(InvalidInput::Config(CLUSTER_WAIT.to_string()).into());
-        }
         self.wait = Some(checked_wait(replicas, timeout).map_err(InvalidInput::Config)?);
         Ok(self)
     }
@@ -425,10 +414,12 @@ mod tests {
         );
         assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=0").contains("at least 1ms"));
         assert!(reason("redis://h/0?wait_replicas=x&wait_timeout_ms=1").contains("whole number"));
-        assert!(
-            reason("redis+cluster://h1:7000,h2:7001/?wait_replicas=1&wait_timeout_ms=5")
-                .contains("not supported on a Redis Cluster")
-        );
+        let c = RedisConfig::from_url(
+            "redis+cluster://h1:7000,h2:7001/?wait_replicas=1&wait_timeout_ms=5",
+        )
+        .unwrap();
+        assert_eq!(RedisConfig::from_url(&c.to_url()).unwrap(), c);
+        assert_eq!(c.get_wait_for_replicas().map(|w| w.replicas), Some(1));
         let r = reason("redis+sentinel://app:s3cret@s1,s2/?prefix=p");
         assert!(r.contains("primary's name") && !r.contains("s3cret"), "{r}");
         let c = RedisConfig::from_url("redis+sentinel://app:s3cret@s1,s2/main/2?prefix=p").unwrap();

@@ -91,10 +91,21 @@ impl RedisStore {
                 let settings = info.redis_settings();
                 let mut infos = Vec::new();
                 for (host, port) in nodes {
-                    let node = info
-                        .clone()
-                        .set_addr(redis::ConnectionAddr::Tcp(host.clone(), *port));
-                    infos.push(node);
+                    let (host, port) = (host.clone(), *port);
+                    let addr = match info.addr().clone() {
+                        redis::ConnectionAddr::TcpTls {
+                            insecure,
+                            tls_params,
+                            ..
+                        } => redis::ConnectionAddr::TcpTls {
+                            host,
+                            port,
+                            insecure,
+                            tls_params,
+                        },
+                        _ => redis::ConnectionAddr::Tcp(host, port),
+                    };
+                    infos.push(info.clone().set_addr(addr));
                 }
                 let mut builder = redis::cluster::ClusterClient::builder(infos.clone())
                     .connection_timeout(config.connection_timeout)
@@ -105,6 +116,10 @@ impl RedisStore {
                 }
                 if let Some(password) = settings.password() {
                     builder = builder.password(password);
+                }
+                #[cfg(feature = "redis-tls")]
+                if let Some(tls) = &config.tls {
+                    builder = builder.certs(super::tls::certificates(tls));
                 }
                 let cluster = builder
                     .build()

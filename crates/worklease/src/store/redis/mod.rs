@@ -219,14 +219,30 @@
 //! first node given that answers. The whole conformance suite runs on three
 //! primaries started by the test (`tests/redis/cluster.rs`).
 //!
-//! Not supported yet on a Cluster: the replica wait (refused), TLS
-//! (`rediss+cluster://` is refused), moving the subscription off a failed
-//! node (waiters then fall back to polling). Not supported anywhere: Unix
-//! sockets.
+//! The replica wait works on a Cluster as on one primary: each write's
+//! script and its `WAIT` go as one pipeline, on a second cluster
+//! connection, to the slot's primary, and the `redis` crate sends the
+//! pipeline whole again where a `MOVED` or `ASK` points (or after a
+//! `TRYAGAIN`), so `WAIT` counts the replicas of the node that ran the
+//! script. A node that answers `READONLY` (a failed primary restarted as
+//! a replica, still in the slot map) makes the store open its cluster
+//! connections again, which reads the slot map afresh. The cluster, not
+//! the store, promotes a replica; which one, when a primary has several
+//! and N is smaller, is the cluster's choice (as with Sentinel). TLS:
+//! `rediss+cluster://` with `cacert`, `cert` and `key` as for `rediss://`
+//! (the nodes' `tls-cluster yes` is the server's business). Tested
+//! (`tests/redis/cluster_failover.rs`, `tests/redis/tls.rs`): three
+//! primaries with a replica each, a slot holding live leases moved key
+//! by key and a primary killed under load, with the wait on; and a TLS
+//! cluster with the wait on.
+//!
+//! Not supported yet on a Cluster: moving the subscription off a failed
+//! node (waiters then fall back to polling: a waiter's poll interval is
+//! the bound on a missed release). Not supported anywhere: Unix sockets.
 //!
 //! URL: `redis[s]://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=P&wait_replicas=N&wait_timeout_ms=T&protocol=resp2|resp3]`
 //! (`rediss://` also `&cacert=PATH&cert=PATH&key=PATH`; Sentinel and
-//! Cluster above)
+//! Cluster above, each also with TLS and the replica wait)
 //! ([`RedisConfig::from_url`]). The commands use RESP3 by default (its
 //! connection notices a drop at once); `protocol=resp2` opts out, for a
 //! server that cannot speak RESP3.

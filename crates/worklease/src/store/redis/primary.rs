@@ -74,8 +74,9 @@ pub(super) struct Connections {
     /// Every script runs here (multiplexed: concurrent calls share it).
     pub(super) main: Conn,
     /// Writes followed by `WAIT`, when a replica wait is set (`WAIT`
-    /// blocks its connection).
-    pub(super) waiting: Option<ConnectionManager>,
+    /// blocks its connection; on a Cluster, its connection to the slot's
+    /// primary).
+    pub(super) waiting: Option<Conn>,
     /// The server they connect to.
     addr: ConnectionAddr,
     /// Set when a command on them failed as a lost primary would (Sentinel
@@ -120,15 +121,19 @@ impl RedisStore {
             .set_number_of_retries(1);
         ConnectionManager::new_with_config(client.clone(), config)
             .await
-            .map_err(|e| {
-                let what = format!("cannot connect to {}", redact(&self.config.to_url()));
-                #[cfg(feature = "redis-tls")]
-                let what = match super::tls::hint(&e) {
-                    Some(hint) => format!("{what} ({hint})"),
-                    None => what,
-                };
-                store_err(&what, e)
-            })
+            .map_err(|e| self.cannot_connect(e))
+    }
+
+    /// The error of a failed connection: the redacted URL, and with TLS a
+    /// hint when the server's certificate is the cause.
+    fn cannot_connect(&self, e: RedisError) -> crate::Error {
+        let what = format!("cannot connect to {}", redact(&self.config.to_url()));
+        #[cfg(feature = "redis-tls")]
+        let what = match super::tls::hint(&e) {
+            Some(hint) => format!("{what} ({hint})"),
+            None => what,
+        };
+        store_err(&what, e)
     }
 
     /// Opens connections to the server the target names now (to a
@@ -136,14 +141,25 @@ impl RedisStore {
     async fn open_connections(&self) -> Result<Arc<Connections>> {
         let shown = || redact(&self.config.to_url());
         if let Target::Cluster(cluster) = &self.target {
-            let main = cluster
-                .0
-                .get_async_connection()
-                .await
-                .map_err(|e| store_err(&format!("cannot connect to {}", shown()), e))?;
+            let open = |response_timeout| async move {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(self.config.connection_timeout)
+                    .set_response_timeout(response_timeout);
+                cluster
+                    .0
+                    .get_async_connection_with_config(config)
+                    .await
+                    .map(Conn::Cluster)
+                    .map_err(|e| self.cannot_connect(e))
+            };
+            let main = open(self.config.response_timeout).await?;
+            let waiting = match self.config.wait {
+                Some(w) => Some(open(self.config.response_timeout + w.timeout).await?),
+                None => None,
+            };
             return Ok(Arc::new(Connections {
-                main: Conn::Cluster(main),
-                waiting: None,
+                main,
+                waiting,
                 addr: ConnectionAddr::Tcp(String::new(), 0),
                 suspect: AtomicBool::new(false),
             }));
@@ -155,10 +171,10 @@ impl RedisStore {
             .map_err(|e| store_err(&format!("cannot find the primary of {}", shown()), e))?;
         let main = self.manager(&client, self.config.response_timeout).await?;
         let waiting = match self.config.wait {
-            Some(w) => Some(
+            Some(w) => Some(Conn::One(
                 self.manager(&client, self.config.response_timeout + w.timeout)
                     .await?,
-            ),
+            )),
             None => None,
         };
         let main = Conn::One(main);
@@ -228,9 +244,34 @@ impl RedisStore {
         Ok(true)
     }
 
+    /// After `stale` (Cluster connections) met a replica where its slot
+    /// map names a primary (a failed primary restarted as the replica of
+    /// the one promoted in its place): opens new cluster connections,
+    /// which read the slot map afresh. The `redis` crate follows `MOVED`
+    /// and `ASK` itself but not `READONLY`, and, having sent `READONLY`
+    /// to every node, gets no `MOVED` from a replica for a read either.
+    ///
+    /// # Errors
+    /// When the cluster cannot be reached.
+    async fn reopen(&self, stale: &Arc<Connections>) -> Result<()> {
+        let _opening = self.opening.lock().await;
+        match self.current() {
+            Some(c) if !Arc::ptr_eq(&c, stale) => return Ok(()),
+            _ => {}
+        }
+        let opened = self.open_connections().await?;
+        tracing::info!("a Redis Cluster node became a replica: reading the slot map again");
+        if let Ok(mut current) = self.connections.lock() {
+            *current = Some(opened);
+        }
+        Ok(())
+    }
+
     /// Runs `call` on the connections; when it fails as a lost primary
     /// would (Sentinel), follows the primary and runs it once more there;
-    /// when the connection had been dropped (one server), runs it once
+    /// when it met a replica in a primary's place (Cluster), reads the
+    /// slot map again and runs it once more; when the connection had been
+    /// dropped (one server), runs it once
     /// more (the connection manager has reconnected by then). That is
     /// safe for every script run here: each is conditioned on the work ID,
     /// holder and fencing token, so running one twice cannot break S1–S3
@@ -258,6 +299,13 @@ impl RedisStore {
                     Ok(true) => call(self.connections().await?).await,
                     Ok(false) | Err(_) => Err(e),
                 }
+            }
+            Err(e)
+                if self.is_cluster()
+                    && e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) =>
+            {
+                self.reopen(&connections).await?;
+                call(self.connections().await?).await
             }
             Err(e) if e.is_connection_dropped() => {
                 tracing::debug!(error = %e, "the connection had been dropped: trying once more");

@@ -130,7 +130,12 @@ impl RedisStore {
     /// Runs a script (`what`) then `WAIT` in one pipeline on the waiting
     /// connection, so that `WAIT` covers that script's writes even across
     /// a reconnection; returns the script's reply and the number of
-    /// replicas that acknowledged.
+    /// replicas that acknowledged. On a Cluster the pipeline goes to the
+    /// script's slot's primary, and the `redis` crate sends it whole again
+    /// where a `MOVED` or `ASK` (with `ASKING`) points, or after a
+    /// `TRYAGAIN`: `WAIT` always follows the script on the connection to
+    /// the node that ran it (a `WAIT` sent alone could reach the slot's
+    /// old owner during a migration and count replicas of other writes).
     pub(super) async fn run_and_wait(
         &self,
         invocation: &ScriptInvocation<'_>,

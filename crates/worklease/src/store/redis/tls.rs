@@ -1,6 +1,7 @@
 //! TLS (feature `redis-tls`): the `cacert`, `cert` and `key` parameters of
-//! a `rediss://` URL, and the `redis` crate's rustls client built from them
-//! (certificates and host names always verified).
+//! a `rediss://` (or `rediss+cluster://`) URL, and the `redis` crate's
+//! rustls clients built from them (certificates and host names always
+//! verified).
 
 use crate::store::tls_files::TlsFiles;
 
@@ -14,11 +15,18 @@ pub(super) fn client(
     info: redis::ConnectionInfo,
     tls: &TlsFiles,
 ) -> redis::RedisResult<redis::Client> {
+    redis::Client::build_with_tls(info, certificates(tls))
+}
+
+/// The certificates of `tls` as the `redis` crate takes them (for one
+/// server's client and a Cluster's), with a default crypto provider
+/// installed.
+pub(super) fn certificates(tls: &TlsFiles) -> redis::TlsCertificates {
     // The `redis` crate builds its rustls configuration with the process's
     // default crypto provider: make sure there is one (ring, as the rest
     // of this crate uses); an error means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let certificates = redis::TlsCertificates {
+    redis::TlsCertificates {
         client_tls: tls
             .identity
             .as_ref()
@@ -27,8 +35,7 @@ pub(super) fn client(
                 client_key: key.pem.clone(),
             }),
         root_cert: tls.ca.as_ref().map(|ca| ca.pem.clone()),
-    };
-    redis::Client::build_with_tls(info, certificates)
+    }
 }
 
 /// A hint appended to a connection error whose cause is the server's

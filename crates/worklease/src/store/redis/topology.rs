@@ -26,25 +26,21 @@ pub(super) const SENTINEL_PORT: u16 = 26379;
 /// The port of a Cluster node given without one.
 pub(super) const CLUSTER_PORT: u16 = 6379;
 
-/// For a `redis+sentinel://`, `rediss+sentinel://` or `redis+cluster://`
-/// URL, its topology and the one-server URL (`redis://` or `rediss://`)
+/// For a `redis+sentinel://`, `rediss+sentinel://`, `redis+cluster://`
+/// or `rediss+cluster://` URL, its topology and the one-server URL (`redis://` or `rediss://`)
 /// of its other parts; `None` for any other scheme.
 ///
 /// # Errors
 /// The reason, for a URL without hosts or with a bad port, a Sentinel URL
 /// without the primary's name, a Cluster URL with a database other than
-/// 0 or with TLS (not supported yet).
+/// 0.
 pub(super) fn split(url: &str) -> Option<Result<(Topology, String), String>> {
     let (scheme, rest) = url.split_once("://")?;
     let (plain, cluster) = match scheme.to_ascii_lowercase().as_str() {
         "redis+sentinel" => ("redis", false),
         "rediss+sentinel" => ("rediss", false),
         "redis+cluster" => ("redis", true),
-        "rediss+cluster" => {
-            return Some(Err(
-                "TLS to a Redis Cluster (rediss+cluster://) is not supported yet".to_string(),
-            ))
-        }
+        "rediss+cluster" => ("rediss", true),
         _ => return None,
     };
     Some(split_hosts(plain, rest, cluster))
@@ -176,6 +172,9 @@ mod tests {
         assert_eq!(server, "redis://:pw@h1:7000/0?prefix=p");
         assert_eq!(join(&topology, &server), url.replace("h3", "h3:6379"));
         assert!(split("redis+cluster://h1/2").expect("Cluster").is_err());
-        assert!(split("rediss+cluster://h1").expect("Cluster").is_err());
+        let (_, server) = split("rediss+cluster://h1/?cacert=c")
+            .expect("Cluster")
+            .expect("valid");
+        assert_eq!(server, "rediss://h1:6379/0?cacert=c");
     }
 }
