@@ -58,6 +58,9 @@ impl Leases {
         let wait_until = options
             .wait_timeout
             .and_then(|t| Instant::now().checked_add(t));
+        // Shared with each attempt's task, copied once per acquisition (a
+        // semaphore's waiter tries all its permits at every wake-up).
+        let shared: std::sync::Arc<[WorkId]> = work_ids.into();
         let mut attempts = 0;
         loop {
             if options.wait && options.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
@@ -78,7 +81,7 @@ impl Leases {
             };
             attempts += 1;
             let sent = Instant::now();
-            let result = self.try_first_detached(work_ids).await;
+            let result = self.try_first_detached(&shared).await;
             let duration = sent.elapsed();
             m::store_call(self.inner.store.kind(), "acquire", duration);
             let expires_in = match result {
@@ -151,9 +154,9 @@ impl Leases {
     /// once (`granting`).
     async fn try_first_detached(
         &self,
-        work_ids: &[WorkId],
+        work_ids: &std::sync::Arc<[WorkId]>,
     ) -> Result<std::result::Result<(usize, Grant), AllHeld>> {
-        let (this, ids) = (self.clone(), work_ids.to_vec());
+        let (this, ids) = (self.clone(), work_ids.clone());
         let call = async move {
             let outcome = this.try_first(&ids).await?;
             Ok(outcome.map(|(i, grant)| (i, ids[i].clone(), grant)))

@@ -35,6 +35,9 @@ use worklease::{
     AcquireOptions, Config, Error, LeaseObserver, LeaseStore, Leases, RenewalOptions, Token, WorkId,
 };
 
+#[path = "common/net.rs"]
+mod common_net;
+use common_net::free_port;
 #[path = "etcd/leader_changes.rs"]
 mod leader_changes;
 #[path = "etcd/privilege.rs"]
@@ -652,13 +655,6 @@ async fn dead_members_are_skipped_and_errors_are_redacted() {
 
 // ---------------------------------------------------------------------
 // A cluster of three members of our own.
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
 
 fn etcd_bin() -> PathBuf {
     if let Some(bin) = std::env::var_os("WORKLEASE_TEST_ETCD_BIN").filter(|b| !b.is_empty()) {

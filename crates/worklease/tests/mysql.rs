@@ -73,6 +73,8 @@ worklease::conformance_tests!(mysql, paused = false, async {
     Suite::new(Arc::new(open_shared(&fresh_table("check")).await))
 });
 
+#[path = "common/net.rs"]
+mod common_net;
 #[path = "common/privilege.rs"]
 mod common_privilege;
 #[cfg(feature = "mysql-tls")]

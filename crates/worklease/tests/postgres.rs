@@ -86,6 +86,8 @@ worklease::conformance_tests!(postgres, paused = false, async {
 mod batch;
 #[path = "postgres/cluster.rs"]
 mod cluster;
+#[path = "common/net.rs"]
+mod common_net;
 #[path = "common/privilege.rs"]
 mod common_privilege;
 #[path = "postgres/privilege.rs"]

@@ -25,6 +25,8 @@ use worklease::{AcquireOptions, Config, Error, HolderId, LeaseStore, Leases, Wor
 
 #[path = "redis/batch.rs"]
 mod batch;
+#[path = "common/net.rs"]
+mod common_net;
 #[path = "redis/server.rs"]
 mod server;
 use batch::{command_counts, ran_since};

@@ -9,6 +9,8 @@
 
 #![cfg(feature = "redis")]
 
+#[path = "common/net.rs"]
+mod common_net;
 #[path = "redis/server.rs"]
 mod server;
 

@@ -10,12 +10,7 @@ use std::time::Duration;
 
 use worklease::store::mysql::mysql_async::{self, prelude::Queryable};
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
+pub(crate) use crate::common_net::free_port;
 
 /// A program of the server package, on PATH or in /usr/sbin, /usr/bin.
 fn program(names: &[&str]) -> PathBuf {

@@ -108,12 +108,7 @@ fn server_bin() -> PathBuf {
     )
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
+pub(crate) use crate::common_net::free_port;
 
 impl Cluster {
     pub(crate) async fn start() -> Self {

@@ -24,13 +24,7 @@ pub(crate) struct OwnServer {
     pub(crate) port: u16,
 }
 
-/// A free loopback port (nothing listens on it when this returns).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub(crate) use crate::common_net::free_port;
 
 impl OwnServer {
     /// Starts `redis-server` with `args` on `port` (default: a free one)
