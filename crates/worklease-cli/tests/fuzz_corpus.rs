@@ -15,16 +15,8 @@ const TARGETS: &[(&str, Target)] = &[
 
 #[test]
 fn every_cli_corpus_input_keeps_its_targets_invariants() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
     for (name, target) in TARGETS {
-        let dir = root.join(name);
-        let inputs: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.expect("an entry").path())
-            .collect();
-        assert!(!inputs.is_empty(), "{name}: no seed in {}", dir.display());
-        for input in inputs {
-            target(&std::fs::read(&input).expect("a corpus file"));
-        }
+        worklease::fuzz::run_corpus(&root, name, *target);
     }
 }

@@ -11,6 +11,26 @@ use crate::limits::{HolderId, WorkId};
 use crate::store::LeaseInfo;
 use crate::token::Token;
 
+/// Runs every input of `fuzz/corpus/TARGET` (`fuzz_dir` is `fuzz/`)
+/// through `target`: the stable regression tests over the corpora (both
+/// crates' `tests/fuzz_corpus.rs`). Panics, as a test does, when the
+/// corpus is missing or empty, or on a broken invariant.
+pub fn run_corpus(fuzz_dir: &std::path::Path, target_name: &str, target: fn(&[u8])) {
+    let dir = fuzz_dir.join("corpus").join(target_name);
+    let inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert!(
+        !inputs.is_empty(),
+        "{target_name}: no seed in {}",
+        dir.display()
+    );
+    for input in inputs {
+        target(&std::fs::read(&input).expect("a corpus file"));
+    }
+}
+
 /// A structured input (a row's columns) drawn from the fuzzer's bytes.
 fn structured<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
     arbitrary::Unstructured::new(data).arbitrary().ok()

@@ -45,15 +45,6 @@ fn every_corpus_input_keeps_its_targets_invariants() {
     known.sort();
     assert_eq!(targets, known, "every fuzz target has its entry here");
     for (name, target) in TARGETS {
-        let dir = root.join("corpus").join(name);
-        let inputs: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.expect("an entry").path())
-            .collect();
-        assert!(!inputs.is_empty(), "{name}: no seed in {}", dir.display());
-        for input in inputs {
-            let data = std::fs::read(&input).expect("a corpus file");
-            target(&data);
-        }
+        worklease::fuzz::run_corpus(&root, name, *target);
     }
 }
