@@ -75,9 +75,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
-use worklease::limits::{check_ttl, HolderId, WorkId};
+use worklease::limits::{HolderId, WorkId};
 use worklease::store::url::{self, StoreSpec};
 use worklease::LeaseStore;
+use worklease_cli::values::{
+    parse_duration, parse_election, parse_holder_id, parse_permits, parse_poll, parse_ttl,
+    parse_user_work_id, parse_work_id,
+};
 
 mod checkpoint;
 mod demo;
@@ -799,55 +803,6 @@ fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
         );
     }
     Ok(addr)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e} (write for example 500ms, 15s or 1m)"))
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    check_ttl(parse_duration(s)?).map_err(|e| e.to_string())
-}
-
-fn parse_poll(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d < Duration::from_millis(1) {
-        // Shared by --poll and --backoff: clap's message names the option.
-        return Err(format!(
-            "{} is too short: it must be at least 1ms",
-            humantime::format_duration(d)
-        ));
-    }
-    Ok(d)
-}
-
-fn parse_work_id(s: &str) -> Result<WorkId, String> {
-    WorkId::new(s).map_err(|e| e.to_string())
-}
-
-/// A work ID to hold: not one worklease keeps for itself (refused before
-/// any store is opened).
-fn parse_user_work_id(s: &str) -> Result<WorkId, String> {
-    worklease::user_work_id(s).map_err(|e| e.to_string())
-}
-
-/// An election's name, refused before any store is opened (`elect` would
-/// otherwise create the SQLite file first).
-fn parse_election(s: &str) -> Result<WorkId, String> {
-    worklease::election::check_name(s).map_err(|e| e.to_string())
-}
-
-fn parse_permits(s: &str) -> Result<usize, String> {
-    let max = worklease::semaphore::MAX_PERMITS;
-    match s.parse::<usize>() {
-        Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!("a semaphore has 1 to {max} permits, not {s:?}")),
-    }
-}
-
-fn parse_holder_id(s: &str) -> Result<HolderId, String> {
-    HolderId::new(s).map_err(|e| e.to_string())
 }
 
 /// The format of the logs on stderr.

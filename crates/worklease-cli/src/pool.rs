@@ -218,12 +218,7 @@ fn work_ids(args: &PoolArgs) -> Result<Vec<String>, Failure> {
                 path.display()
             ))
         })?;
-        ids.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_string),
-        );
+        ids.extend(worklease_cli::values::work_id_lines(&text).map(str::to_string));
     }
     if ids.is_empty() {
         return Err(Failure::usage(format!(

@@ -7,8 +7,48 @@
 
 use std::str::FromStr;
 
-use crate::limits::WorkId;
+use crate::limits::{HolderId, WorkId};
+use crate::store::LeaseInfo;
 use crate::token::Token;
+
+/// Runs every input of `fuzz/corpus/TARGET` (`fuzz_dir` is `fuzz/`)
+/// through `target`: the stable regression tests over the corpora (both
+/// crates' `tests/fuzz_corpus.rs`). Panics, as a test does, when the
+/// corpus is missing or empty, or on a broken invariant.
+pub fn run_corpus(fuzz_dir: &std::path::Path, target_name: &str, target: fn(&[u8])) {
+    let dir = fuzz_dir.join("corpus").join(target_name);
+    let inputs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert!(
+        !inputs.is_empty(),
+        "{target_name}: no seed in {}",
+        dir.display()
+    );
+    for input in inputs {
+        target(&std::fs::read(&input).expect("a corpus file"));
+    }
+}
+
+/// A structured input (a row's columns) drawn from the fuzzer's bytes.
+fn structured<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
+    arbitrary::Unstructured::new(data).arbitrary().ok()
+}
+
+/// What every decoded lease must be, whatever the store: a valid holder,
+/// a fencing token of at least 1, a predecessor of the same kind, an end
+/// exactly when it is expired, and no time left when it is.
+fn check_info(info: &LeaseInfo) {
+    assert!(HolderId::new(info.holder_id.as_str()).is_ok(), "{info:?}");
+    assert!(info.fencing_token > 0, "{info:?}");
+    if let Some(p) = &info.handoff.previous {
+        assert!(HolderId::new(p.holder_id.as_str()).is_ok(), "{info:?}");
+        assert!(p.fencing_token > 0, "{info:?}");
+    }
+    assert!(!info.expired || info.expires_in.is_none(), "{info:?}");
+    assert_eq!(info.expired, info.ended.is_some(), "{info:?}");
+}
 
 /// `Token::from_str`: a parsed token prints to a text form that parses to
 /// the same token.
@@ -81,4 +121,75 @@ pub fn register_record(data: &[u8]) {
 #[cfg(feature = "object-store")]
 pub fn object_key(data: &[u8]) {
     crate::store::object::fuzz_key(data);
+}
+
+/// A SQLite lease row (`store::sqlite`), from arbitrary column values:
+/// it decodes to a lease that keeps [`check_info`]'s rules at any reading
+/// of the store clock, or fails naming the corrupt column.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_row(data: &[u8]) {
+    let Some((columns, epoch, millis)) =
+        structured::<(crate::store::sqlite::RowColumns, String, u64)>(data)
+    else {
+        return;
+    };
+    let now = crate::store::sqlite::ClockReading { epoch, millis };
+    let work_id = WorkId::new("fuzz").expect("a valid work ID");
+    match crate::store::sqlite::fuzz_row(columns, work_id, &now) {
+        Ok(info) => check_info(&info),
+        Err(corrupt) => assert!(!corrupt.field.is_empty()),
+    }
+}
+
+/// A PostgreSQL or MySQL lease description (`store::sql_rows`, the
+/// columns both select), from arbitrary column values: it decodes to a
+/// lease that keeps [`check_info`]'s rules or is a store error.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub fn sql_row(data: &[u8]) {
+    let Some(columns) = structured::<crate::store::sql_rows::InfoColumns>(data) else {
+        return;
+    };
+    match columns.into_info("fuzz") {
+        Ok(info) => check_info(&info),
+        Err(e) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
+    }
+}
+
+/// The Redis scripts' `info` reply as the server sends it (RESP bytes,
+/// parsed by the redis crate): it decodes to a lease that keeps
+/// [`check_info`]'s rules or is a store error.
+#[cfg(feature = "redis")]
+pub fn redis_reply(data: &[u8]) {
+    match crate::store::redis::fuzz_lease_info(data) {
+        Some(Ok(info)) => check_info(&info),
+        Some(Err(e)) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
+        None => {}
+    }
+}
+
+/// The etcd store's values of `acq` and `state` (JSON) and their mod
+/// revisions, as text: a line `ACQ_REV STATE_REV`, the value of `acq` on
+/// the next line, the value of `state` (optional) on the one after. They
+/// decode to a lease that keeps [`check_info`]'s rules or are a store
+/// error.
+#[cfg(feature = "etcd")]
+pub fn etcd_values(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut lines = text.splitn(3, '\n');
+    let revisions = lines.next().unwrap_or_default();
+    let Some((acq_rev, state_rev)) = revisions.split_once(' ') else {
+        return;
+    };
+    let (Ok(acq_rev), Ok(state_rev)) = (acq_rev.parse::<i64>(), state_rev.parse::<i64>()) else {
+        return;
+    };
+    let acq = lines.next().unwrap_or_default();
+    let state = lines.next().map(|v| (v.as_bytes(), state_rev));
+    match crate::store::etcd::fuzz_values((acq.as_bytes(), acq_rev), state) {
+        Ok(Some(info)) => check_info(&info),
+        Ok(None) => panic!("a decoded acquisition describes a lease"),
+        Err(e) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
+    }
 }

@@ -2,8 +2,16 @@
 //! every file in `fuzz/corpus/TARGET/` (the seeds, and any input a fuzzing
 //! run found and added there) goes through the target's entry point in
 //! `worklease::fuzz`, which panics on a broken invariant. Fuzzing itself
-//! runs with cargo-fuzz (see `fuzz/Cargo.toml`).
-#![cfg(all(feature = "fuzzing", feature = "object-store"))]
+//! runs with cargo-fuzz (see `fuzz/Cargo.toml`). The command's targets
+//! (`cli_*`) are run by the worklease-cli crate's `tests/fuzz_corpus.rs`.
+#![cfg(all(
+    feature = "fuzzing",
+    feature = "object-store",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis",
+    feature = "etcd"
+))]
 
 use std::path::Path;
 
@@ -17,6 +25,10 @@ const TARGETS: &[(&str, Target)] = &[
     ("work_id", worklease::fuzz::work_id),
     ("register_record", worklease::fuzz::register_record),
     ("object_key", worklease::fuzz::object_key),
+    ("sqlite_row", worklease::fuzz::sqlite_row),
+    ("sql_row", worklease::fuzz::sql_row),
+    ("redis_reply", worklease::fuzz::redis_reply),
+    ("etcd_values", worklease::fuzz::etcd_values),
 ];
 
 #[test]
@@ -26,21 +38,13 @@ fn every_corpus_input_keeps_its_targets_invariants() {
         .expect("fuzz/fuzz_targets")
         .map(|e| e.expect("an entry").path())
         .filter_map(|p| Some(p.file_stem()?.to_str()?.to_string()))
+        .filter(|name| !name.starts_with("cli_"))
         .collect::<Vec<_>>();
     targets.sort();
     let mut known: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
     known.sort();
     assert_eq!(targets, known, "every fuzz target has its entry here");
     for (name, target) in TARGETS {
-        let dir = root.join("corpus").join(name);
-        let inputs: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.expect("an entry").path())
-            .collect();
-        assert!(!inputs.is_empty(), "{name}: no seed in {}", dir.display());
-        for input in inputs {
-            let data = std::fs::read(&input).expect("a corpus file");
-            target(&data);
-        }
+        worklease::fuzz::run_corpus(&root, name, *target);
     }
 }

@@ -32,6 +32,14 @@ use crate::error::Result;
 use crate::limits::{HolderId, WorkId};
 
 pub mod batch;
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis",
+    feature = "etcd"
+))]
+pub(crate) mod decode;
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
 #[cfg(feature = "etcd")]

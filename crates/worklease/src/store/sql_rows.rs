@@ -7,12 +7,18 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::WorkId;
+use crate::store::decode::{self, Corrupt};
 use crate::store::record::Phase;
 use crate::store::{Handoff, LeaseEnd, LeaseInfo, LeaseRef, PreviousHolder};
 
 /// The error for a row that breaks the schema's rules.
 pub(crate) fn corrupt(kind: &'static str, what: &str) -> Error {
     StoreError::new(kind, format!("a lease row is corrupt: {what}")).into()
+}
+
+/// The error for a field that [`decode`]'s checks refuse.
+fn bad(kind: &'static str) -> impl Fn(Corrupt) -> Error {
+    move |c| corrupt(kind, &c.to_string())
 }
 
 /// Turns a verdict (`ok`, `fenced`, `expired`: the rules of
@@ -39,24 +45,18 @@ pub(crate) fn wall_at(delta_us: i64) -> SystemTime {
 }
 
 /// The previous holder from its three columns (all NULL on a first
-/// acquisition).
+/// acquisition, all set after; some set without the others is corrupt).
 pub(crate) fn previous(
     kind: &'static str,
     holder: Option<String>,
     token: Option<u64>,
     end: Option<String>,
 ) -> Result<Option<PreviousHolder>> {
-    match (holder, token, end) {
-        (Some(holder_id), Some(fencing_token), Some(end)) => Ok(Some(PreviousHolder {
-            holder_id,
-            fencing_token,
-            ended: LeaseEnd::from_str(&end).ok_or_else(|| corrupt(kind, "prev_end"))?,
-        })),
-        _ => Ok(None),
-    }
+    decode::previous(holder, token, end.as_deref()).map_err(bad(kind))
 }
 
 /// The columns of a lease's description, as both stores select them.
+#[cfg_attr(feature = "fuzzing", derive(Debug, arbitrary::Arbitrary))]
 pub(crate) struct InfoColumns {
     pub(crate) work_id: String,
     pub(crate) holder_id: String,
@@ -87,8 +87,9 @@ impl InfoColumns {
         };
         Ok(LeaseInfo {
             work_id,
-            holder_id: self.holder_id,
-            fencing_token: self.fencing_token,
+            holder_id: decode::holder_id("holder_id", self.holder_id).map_err(bad(kind))?,
+            fencing_token: decode::fencing_token("fencing_token", self.fencing_token)
+                .map_err(bad(kind))?,
             expires_at: wall_at(self.delta_us),
             expires_in: live.then(|| Duration::from_micros(self.delta_us.max(0).unsigned_abs())),
             expired: !live,

@@ -104,3 +104,23 @@ pub(super) fn lease_info(
         },
     })
 }
+
+/// Fuzzing (`crate::fuzz::etcd_values`): the lease info of the values of
+/// `acq` and `state` (with their mod revisions) as a read without `live`
+/// finds them, or the error decoding them; the TTL its holder counts and
+/// what the next acquisition would record are worked out too.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_values(
+    acq: (&[u8], i64),
+    state: Option<(&[u8], i64)>,
+) -> Result<Option<LeaseInfo>> {
+    use super::snapshot::{acquisition_of, state_of};
+    let snap = Snapshot {
+        live: None,
+        acq: Some(acquisition_of(acq.0, acq.1)?),
+        state: state.map(|(v, rev)| state_of(v, rev)).transpose()?,
+        checkpoint: None,
+    };
+    let _ = (snap.holder_ttl(), snap.free());
+    Ok(lease_info(WorkId::new("fuzz")?, &snap, None))
+}

@@ -356,6 +356,8 @@ mod acquire;
 mod batch;
 mod config;
 mod inspect;
+#[cfg(feature = "fuzzing")]
+pub(crate) use inspect::fuzz_values;
 mod keepalive;
 mod keys;
 mod layout;

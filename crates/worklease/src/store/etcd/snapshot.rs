@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::WorkId;
+use crate::store::decode::{self, Corrupt};
 use crate::store::record::Phase;
 use crate::store::{LeaseEnd, LeaseRef, PreviousHolder};
 
@@ -73,6 +74,36 @@ pub(super) fn token_of(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
 }
 
+/// The value of `acq` and its mod revision, the fencing token; an error
+/// naming the field when it is no acquisition record (not JSON of its
+/// shape, an invalid holder ID, a token of 0, a predecessor the types
+/// forbid).
+pub(super) fn acquisition_of(value: &[u8], mod_revision: i64) -> Result<(Acquisition, u64)> {
+    let bad = |c: Corrupt| bad_value(&format!("acquisition record: {c}"));
+    let acq = serde_json::from_slice::<Acquisition>(value)
+        .map_err(|e| bad_value(&format!("acquisition record: {e}")))?;
+    let token = decode::signed_token("mod revision", mod_revision).map_err(bad)?;
+    decode::holder_id("holder", acq.holder.clone()).map_err(bad)?;
+    if let Some(p) = &acq.prev {
+        decode::previous(Some(p.holder.clone()), Some(p.token), Some(&p.end)).map_err(bad)?;
+    }
+    Ok((acq, token))
+}
+
+/// The value of `state` and its mod revision; an error when it is no
+/// state record (not JSON of its shape, an unknown phase).
+pub(super) fn state_of(value: &[u8], mod_revision: i64) -> Result<(State, i64)> {
+    let state = serde_json::from_slice::<State>(value)
+        .map_err(|e| bad_value(&format!("lease state: {e}")))?;
+    if Phase::parse(&state.phase).is_none() {
+        return Err(bad_value(&format!(
+            "lease state: phase: {:?} is no phase",
+            state.phase
+        )));
+    }
+    Ok((state, mod_revision))
+}
+
 /// The keys of one work ID as one read saw them.
 #[derive(Debug, Default)]
 pub(super) struct Snapshot {
@@ -96,19 +127,11 @@ impl Snapshot {
         let mut next = || kvs.next().transpose().map(Option::flatten);
         let live = next()?;
         let acq = match next()? {
-            Some(kv) => Some((
-                serde_json::from_slice::<Acquisition>(kv.value())
-                    .map_err(|e| bad_value(&format!("acquisition record: {e}")))?,
-                token_of(kv.mod_revision()),
-            )),
+            Some(kv) => Some(acquisition_of(kv.value(), kv.mod_revision())?),
             None => None,
         };
         let state = match next()? {
-            Some(kv) => Some((
-                serde_json::from_slice::<State>(kv.value())
-                    .map_err(|e| bad_value(&format!("lease state: {e}")))?,
-                kv.mod_revision(),
-            )),
+            Some(kv) => Some(state_of(kv.value(), kv.mod_revision())?),
             None => None,
         };
         let checkpoint = next()?.map(|kv| Bytes::from(kv.into_key_value().1));

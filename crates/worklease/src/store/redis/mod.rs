@@ -257,6 +257,8 @@ mod keys;
 mod ops;
 mod primary;
 mod reply;
+#[cfg(feature = "fuzzing")]
+pub(crate) use reply::fuzz_lease_info;
 mod scripts;
 mod sentinel;
 mod server_checks;

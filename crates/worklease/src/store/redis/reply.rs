@@ -7,6 +7,7 @@ use redis::{RedisError, Value};
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::WorkId;
+use crate::store::decode::{self, Corrupt};
 use crate::store::record::Phase;
 use crate::store::{Handoff, LeaseEnd, LeaseInfo, PreviousHolder};
 
@@ -135,15 +136,12 @@ pub(super) fn previous(items: &[Value]) -> Result<Option<PreviousHolder>> {
     let holder = opt_text(items.first(), "previous holder")?;
     let token = opt_token(items.get(1), "previous token")?;
     let end = opt_text(items.get(2), "previous end")?;
-    Ok(match (holder, token, end) {
-        (Some(holder_id), Some(fencing_token), Some(end)) => Some(PreviousHolder {
-            holder_id,
-            fencing_token,
-            ended: LeaseEnd::from_str(&end)
-                .ok_or_else(|| bad_reply(&format!("previous end {end:?}")))?,
-        }),
-        _ => None,
-    })
+    decode::previous(holder, token, end.as_deref()).map_err(corrupt)
+}
+
+/// The error for a stored field [`decode`]'s checks refuse.
+fn corrupt(c: Corrupt) -> Error {
+    bad_reply(&format!("a lease record is corrupt: {c}"))
 }
 
 /// A duration in milliseconds from a signed difference: `base` moved by
@@ -165,8 +163,9 @@ pub(super) fn lease_info(work_id: WorkId, v: Option<&Value>) -> Result<LeaseInfo
         Some(Value::Array(items)) => items,
         other => return Err(bad_reply(&format!("lease info {other:?}"))),
     };
-    let holder_id = text(items.first(), "holder")?;
-    let fencing_token = token(items.get(1), "token")?;
+    let holder_id = decode::holder_id("holder", text(items.first(), "holder")?).map_err(corrupt)?;
+    let fencing_token =
+        decode::fencing_token("token", token(items.get(1), "token")?).map_err(corrupt)?;
     let phase_text = text(items.get(3), "phase")?;
     let phase =
         Phase::parse(&phase_text).ok_or_else(|| bad_reply(&format!("phase {phase_text:?}")))?;
@@ -197,7 +196,17 @@ pub(super) fn lease_info(work_id: WorkId, v: Option<&Value>) -> Result<LeaseInfo
         expired: !live,
         released: phase == Phase::Released,
         ended,
-        checkpoint_bytes: usize::try_from(checkpoint_bytes).unwrap_or(0),
+        checkpoint_bytes: decode::checkpoint_size("checkpoint length", checkpoint_bytes)
+            .map_err(corrupt)?,
         handoff: Handoff { previous },
     })
+}
+
+/// Fuzzing (`crate::fuzz::redis_reply`): the lease info of a script's
+/// `info` reply as the server sends it (RESP bytes), when they parse.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_lease_info(data: &[u8]) -> Option<Result<LeaseInfo>> {
+    let reply = redis::parse_redis_value(data).ok()?;
+    let work_id = WorkId::new("fuzz").ok()?;
+    Some(lease_info(work_id, Some(&reply)))
 }

@@ -153,6 +153,8 @@ mod perms;
 mod push;
 mod queue;
 mod row;
+#[cfg(feature = "fuzzing")]
+pub(crate) use row::{fuzz_row, Columns as RowColumns};
 mod schema;
 mod seen;
 

@@ -8,8 +8,9 @@ use rusqlite::{params, CachedStatement, Connection, OptionalExtension, Transacti
 
 use crate::error::Result;
 use crate::limits::WorkId;
+use crate::store::decode::{self, Corrupt};
 use crate::store::record::{Phase, Record};
-use crate::store::{LeaseEnd, LeaseInfo, LeaseRef, PreviousHolder};
+use crate::store::{LeaseInfo, LeaseRef};
 
 use super::{db_err, ClockReading};
 
@@ -135,33 +136,81 @@ fn corrupt(what: &str) -> rusqlite::Error {
     rusqlite::Error::InvalidColumnType(0, what.to_string(), rusqlite::types::Type::Text)
 }
 
+/// A lease row's columns as SQLite gives them (its integers are signed),
+/// in `columns!()`'s order.
+#[cfg_attr(feature = "fuzzing", derive(Debug, arbitrary::Arbitrary))]
+pub(crate) struct Columns {
+    pub(crate) holder_id: String,
+    pub(crate) fencing_token: i64,
+    pub(crate) ttl_ms: i64,
+    pub(crate) phase: String,
+    pub(crate) clock_epoch: String,
+    pub(crate) expires_clock_ms: i64,
+    pub(crate) expires_at_unix_ms: i64,
+    pub(crate) checkpoint: Option<Vec<u8>>,
+    pub(crate) prev_holder_id: Option<String>,
+    pub(crate) prev_fencing_token: Option<i64>,
+    pub(crate) prev_end: Option<String>,
+}
+
+impl Columns {
+    /// The row these columns hold, or the field that breaks the schema's
+    /// rules (a negative number, a token of 0, an invalid holder ID, an
+    /// unknown phase, a predecessor half there).
+    pub(super) fn decode(self) -> std::result::Result<Row, Corrupt> {
+        let prev_token = self
+            .prev_fencing_token
+            .map(|t| decode::signed_token("prev_fencing_token", t))
+            .transpose()?;
+        Ok(Row {
+            record: Record {
+                holder_id: decode::holder_id("holder_id", self.holder_id)?,
+                fencing_token: decode::signed_token("fencing_token", self.fencing_token)?,
+                ttl_ms: decode::unsigned("ttl_ms", self.ttl_ms)?,
+                phase: Phase::parse(&self.phase).ok_or_else(|| {
+                    Corrupt::new("phase", format!("{:?} is no phase", self.phase))
+                })?,
+                checkpoint: self.checkpoint.map(Bytes::from),
+                previous: decode::previous(
+                    self.prev_holder_id,
+                    prev_token,
+                    self.prev_end.as_deref(),
+                )?,
+            },
+            clock_epoch: self.clock_epoch,
+            expires_clock_ms: decode::unsigned("expires_clock_ms", self.expires_clock_ms)?,
+            expires_at_unix_ms: decode::unsigned("expires_at_unix_ms", self.expires_at_unix_ms)?,
+        })
+    }
+}
+
+/// Fuzzing (`crate::fuzz::sqlite_row`): the lease these columns describe
+/// at `now`, or the field that is corrupt.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_row(
+    columns: Columns,
+    work_id: WorkId,
+    now: &ClockReading,
+) -> std::result::Result<LeaseInfo, Corrupt> {
+    Ok(columns.decode()?.info(work_id, now))
+}
+
 pub(super) fn row_from(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Row> {
-    let phase: String = r.get(at + 3)?;
-    let prev_holder: Option<String> = r.get(at + 8)?;
-    let prev_token: Option<i64> = r.get(at + 9)?;
-    let prev_end: Option<String> = r.get(at + 10)?;
-    let previous = match (prev_holder, prev_token, prev_end) {
-        (Some(holder_id), Some(t), Some(end)) => Some(PreviousHolder {
-            holder_id,
-            fencing_token: t as u64,
-            ended: LeaseEnd::from_str(&end).ok_or_else(|| corrupt("prev_end"))?,
-        }),
-        _ => None,
-    };
-    let checkpoint: Option<Vec<u8>> = r.get(at + 7)?;
-    Ok(Row {
-        record: Record {
-            holder_id: r.get(at)?,
-            fencing_token: r.get::<_, i64>(at + 1)? as u64,
-            ttl_ms: r.get::<_, i64>(at + 2)? as u64,
-            phase: Phase::parse(&phase).ok_or_else(|| corrupt("phase"))?,
-            checkpoint: checkpoint.map(Bytes::from),
-            previous,
-        },
+    Columns {
+        holder_id: r.get(at)?,
+        fencing_token: r.get(at + 1)?,
+        ttl_ms: r.get(at + 2)?,
+        phase: r.get(at + 3)?,
         clock_epoch: r.get(at + 4)?,
-        expires_clock_ms: r.get::<_, i64>(at + 5)? as u64,
-        expires_at_unix_ms: r.get::<_, i64>(at + 6)? as u64,
-    })
+        expires_clock_ms: r.get(at + 5)?,
+        expires_at_unix_ms: r.get(at + 6)?,
+        checkpoint: r.get(at + 7)?,
+        prev_holder_id: r.get(at + 8)?,
+        prev_fencing_token: r.get(at + 9)?,
+        prev_end: r.get(at + 10)?,
+    }
+    .decode()
+    .map_err(|c| corrupt(&c.to_string()))
 }
 
 /// The statements of the lease steps, each taken from the connection's
@@ -268,5 +317,84 @@ impl<'tx> Statements<'tx> {
             .execute(params![token as i64])
             .map_err(db_err("cannot advance the fencing sequence"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn columns() -> Columns {
+        Columns {
+            holder_id: "a".into(),
+            fencing_token: 3,
+            ttl_ms: 1000,
+            phase: "held".into(),
+            clock_epoch: "boot".into(),
+            expires_clock_ms: 5000,
+            expires_at_unix_ms: 1_700_000_000_000,
+            checkpoint: None,
+            prev_holder_id: None,
+            prev_fencing_token: None,
+            prev_end: None,
+        }
+    }
+
+    fn field(c: Columns) -> &'static str {
+        c.decode().err().expect("refused").field
+    }
+
+    // Before issue 23's fuzz target, negative numbers were cast to huge
+    // ones and a half-written predecessor was dropped: a wrong lease.
+    #[test]
+    fn corrupt_columns_are_refused_naming_the_column() {
+        assert!(columns().decode().is_ok());
+        assert_eq!(
+            field(Columns {
+                fencing_token: -1,
+                ..columns()
+            }),
+            "fencing_token"
+        );
+        assert_eq!(
+            field(Columns {
+                fencing_token: 0,
+                ..columns()
+            }),
+            "fencing_token"
+        );
+        assert_eq!(
+            field(Columns {
+                ttl_ms: -1,
+                ..columns()
+            }),
+            "ttl_ms"
+        );
+        assert_eq!(
+            field(Columns {
+                holder_id: String::new(),
+                ..columns()
+            }),
+            "holder_id"
+        );
+        assert_eq!(
+            field(Columns {
+                phase: "gone".into(),
+                ..columns()
+            }),
+            "phase"
+        );
+        assert_eq!(
+            field(Columns {
+                expires_at_unix_ms: -5,
+                ..columns()
+            }),
+            "expires_at_unix_ms"
+        );
+        let half = Columns {
+            prev_holder_id: Some("b".into()),
+            ..columns()
+        };
+        assert_eq!(field(half), "prev_holder_id, prev_fencing_token, prev_end");
     }
 }

@@ -1,0 +1,76 @@
+//! The parsers of the command line's values (durations, work IDs,
+//! holder IDs, election names, permits) and of the work-ID file. Each
+//! takes text as a person or a file gives it and answers a value or a
+//! message for clap (or the pool's usage error); none panics.
+
+use std::time::Duration;
+
+use worklease::limits::{check_ttl, HolderId, WorkId};
+
+/// A duration as humantime writes it (`500ms`, `15s`, `1m`), surrounding
+/// whitespace ignored. Errors: text humantime refuses, or a duration past
+/// what it represents.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e} (write for example 500ms, 15s or 1m)"))
+}
+
+/// A lease TTL: a duration within the library's TTL limits
+/// ([`check_ttl`]), whose message names the limit otherwise.
+pub fn parse_ttl(s: &str) -> Result<Duration, String> {
+    check_ttl(parse_duration(s)?).map_err(|e| e.to_string())
+}
+
+/// A poll or backoff interval: a duration of at least 1 ms.
+pub fn parse_poll(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) {
+        // Shared by --poll and --backoff: clap's message names the option.
+        return Err(format!(
+            "{} is too short: it must be at least 1ms",
+            humantime::format_duration(d)
+        ));
+    }
+    Ok(d)
+}
+
+/// A work ID within [`WorkId`]'s limits, kept byte for byte.
+pub fn parse_work_id(s: &str) -> Result<WorkId, String> {
+    WorkId::new(s).map_err(|e| e.to_string())
+}
+
+/// A work ID to hold: not one worklease keeps for itself (refused before
+/// any store is opened).
+pub fn parse_user_work_id(s: &str) -> Result<WorkId, String> {
+    worklease::user_work_id(s).map_err(|e| e.to_string())
+}
+
+/// An election's name, refused before any store is opened (`elect` would
+/// otherwise create the SQLite file first).
+pub fn parse_election(s: &str) -> Result<WorkId, String> {
+    worklease::election::check_name(s).map_err(|e| e.to_string())
+}
+
+/// A semaphore's permits: 1 to [`worklease::semaphore::MAX_PERMITS`].
+pub fn parse_permits(s: &str) -> Result<usize, String> {
+    let max = worklease::semaphore::MAX_PERMITS;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("a semaphore has 1 to {max} permits, not {s:?}")),
+    }
+}
+
+/// A holder ID within [`HolderId`]'s limits.
+pub fn parse_holder_id(s: &str) -> Result<HolderId, String> {
+    HolderId::new(s).map_err(|e| e.to_string())
+}
+
+/// The work IDs of a work-ID file's text (`pool --work-ids-file`): one
+/// per line, surrounding whitespace trimmed, blank lines and lines
+/// starting with `#` skipped. Each is checked later, with the others
+/// (`Pool::new`: limits, duplicates).
+pub fn work_id_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
