@@ -124,7 +124,7 @@ pub fn object_key(data: &[u8]) {
 }
 
 /// A SQLite lease row (`store::sqlite`), from arbitrary column values:
-/// it decodes to a lease that keeps [`check_info`]'s rules at any reading
+/// it decodes to a lease that keeps `check_info`'s rules at any reading
 /// of the store clock, or fails naming the corrupt column.
 #[cfg(feature = "sqlite")]
 pub fn sqlite_row(data: &[u8]) {
@@ -143,7 +143,7 @@ pub fn sqlite_row(data: &[u8]) {
 
 /// A PostgreSQL or MySQL lease description (`store::sql_rows`, the
 /// columns both select), from arbitrary column values: it decodes to a
-/// lease that keeps [`check_info`]'s rules or is a store error.
+/// lease that keeps `check_info`'s rules or is a store error.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub fn sql_row(data: &[u8]) {
     let Some(columns) = structured::<crate::store::sql_rows::InfoColumns>(data) else {
@@ -157,7 +157,7 @@ pub fn sql_row(data: &[u8]) {
 
 /// The Redis scripts' `info` reply as the server sends it (RESP bytes,
 /// parsed by the redis crate): it decodes to a lease that keeps
-/// [`check_info`]'s rules or is a store error.
+/// `check_info`'s rules or is a store error.
 #[cfg(feature = "redis")]
 pub fn redis_reply(data: &[u8]) {
     match crate::store::redis::fuzz_lease_info(data) {
@@ -170,7 +170,7 @@ pub fn redis_reply(data: &[u8]) {
 /// The etcd store's values of `acq` and `state` (JSON) and their mod
 /// revisions, as text: a line `ACQ_REV STATE_REV`, the value of `acq` on
 /// the next line, the value of `state` (optional) on the one after. They
-/// decode to a lease that keeps [`check_info`]'s rules or are a store
+/// decode to a lease that keeps `check_info`'s rules or are a store
 /// error.
 #[cfg(feature = "etcd")]
 pub fn etcd_values(data: &[u8]) {
