@@ -269,3 +269,40 @@ fn an_ancestor_owned_by_another_user_is_refused() {
     assert_refused(SqliteStore::open(&path), &path, &format!("uid {NOBODY}"));
     assert!(entries(&mine).is_empty());
 }
+
+#[test]
+fn another_users_symbolic_link_is_not_followed_even_by_root() {
+    if !can_chown() {
+        return;
+    }
+    // A shared, sticky directory like /tmp, where nobody made a directory
+    // of their own and, beside it, links into it: root, which trusts the
+    // owner of a store file's directory, must not be led there by them.
+    let (_dir, shared) = dir_with_mode(0o1777);
+    let theirs = subdir(&shared, "theirs", 0o755);
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), None).unwrap();
+    let file_link = shared.join("victim.db");
+    std::os::unix::fs::symlink(theirs.join("victim.db"), &file_link).unwrap();
+    let dir_link = shared.join("lnkdir");
+    std::os::unix::fs::symlink(&theirs, &dir_link).unwrap();
+    for link in [&file_link, &dir_link] {
+        std::os::unix::fs::lchown(link, Some(NOBODY), None).unwrap();
+    }
+    for path in [file_link.clone(), dir_link.join("x.db")] {
+        assert_refused(SqliteStore::open(&path), &path, "symbolic link");
+    }
+    assert!(entries(&theirs).is_empty(), "{:?}", entries(&theirs));
+}
+
+#[test]
+fn a_fifo_or_a_directory_is_refused_as_the_store_file() {
+    let (_dir, mine) = dir_with_mode(0o700);
+    let fifo = mine.join("fifo.db");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    assert_refused(SqliteStore::open(&fifo), &fifo, "a FIFO");
+    let dir = subdir(&mine, "dir.db", 0o700);
+    assert_refused(SqliteStore::open(&dir), &dir, "a directory");
+    let mut left = entries(&mine);
+    left.sort();
+    assert_eq!(left, vec![dir, fifo], "nothing else is written");
+}

@@ -85,7 +85,7 @@ worklease::conformance_tests!(least_privilege_user, paused = false, async {
 
 /// Whether the server refuses a write nested in a transaction to a user
 /// with read only. An etcd without the fix of its RBAC bypass for puts
-/// nested in transactions (etcd PR #21689, 2026; 3.4.23 as Debian ships
+/// nested in transactions (advisory GHSA-rfx7-8w68-q57q; 3.4.23 as Debian ships
 /// it has the bypass) lets it through, and so lets the store's nested
 /// writes through: the read-only check then only holds where it does.
 async fn nested_writes_are_checked(etcd: &AuthEtcd, user: &str) -> bool {

@@ -105,6 +105,72 @@ pub(super) fn resolve(path: &Path) -> Result<Resolved> {
     .into())
 }
 
+/// Every symbolic link the kernel would follow to open `path`, in its
+/// directories and at its name, chains included, with each link's owner:
+/// `path` is followed one component at a time (made absolute from the
+/// current directory; `..` after a link goes up from the link's target, as
+/// the kernel does). Components that do not exist yet end the walk.
+///
+/// # Errors
+/// A [`StoreError`] when a component cannot be read or more than
+/// [`MAX_LINKS`] links are followed (a loop).
+pub(super) fn links_followed(path: &Path) -> Result<Vec<(PathBuf, u32)>> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| io_error("cannot read the current directory for", path, e))?
+            .join(path)
+    };
+    let parts = |p: &Path| -> Vec<OsString> {
+        p.components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_os_string()),
+                Component::ParentDir => Some(OsString::from("..")),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut pending: std::collections::VecDeque<OsString> = parts(&absolute).into();
+    let mut done = PathBuf::from("/");
+    let mut links = Vec::new();
+    while let Some(part) = pending.pop_front() {
+        if part == ".." {
+            done.pop();
+            continue;
+        }
+        let next = done.join(&part);
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if links.len() == MAX_LINKS {
+                    return Err(StoreError::new(
+                        KIND,
+                        format!(
+                            "{:?}: more than {MAX_LINKS} symbolic links (a loop?)",
+                            path.display()
+                        ),
+                    )
+                    .into());
+                }
+                let target = std::fs::read_link(&next)
+                    .map_err(|e| io_error("cannot read the symbolic link", &next, e))?;
+                links.push((next, m.uid()));
+                if target.is_absolute() {
+                    done = PathBuf::from("/");
+                }
+                for p in parts(&target).into_iter().rev() {
+                    pending.push_front(p);
+                }
+            }
+            Ok(_) => done = next,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+            Err(e) => return Err(io_error("cannot read the metadata of", &next, e)),
+        }
+    }
+    Ok(links)
+}
+
 /// One directory of the walk: its path and its metadata, read from the
 /// handle the walk opened.
 pub(super) struct Step {

@@ -56,7 +56,7 @@ use rustix::io::Errno;
 use crate::error::{Error, Result, StoreError};
 
 use super::file::FileIdentity;
-use super::path::{handle_flags, io_error, resolve, walk, Step};
+use super::path::{handle_flags, io_error, links_followed, resolve, walk, Step};
 use super::KIND;
 
 /// The SQLite companions of the database file whose owner is checked too.
@@ -141,6 +141,19 @@ pub(super) fn prepare(path: &Path) -> Result<Checked> {
         reason,
     };
     check_dirs(&steps, trust).map_err(refuse)?;
+    // A symbolic link on the way, in a directory or at the file's name,
+    // chooses the file: only root's and this user's are followed, never
+    // the store owner's that root otherwise trusts (the link's owner would
+    // choose the directory, and so that owner).
+    for (link, uid) in links_followed(path)? {
+        if uid != 0 && uid != trust.euid {
+            return Err(refuse(format!(
+                "the symbolic link {:?} is owned by uid {uid}, neither root nor this                  process's user (uid {}): that user chooses the file it leads to; name the                  file without the link, or run as uid {uid}",
+                link.display(),
+                trust.euid
+            )));
+        }
+    }
     for (link_dir, link) in &resolved.links {
         let (fd, steps) = walk(link_dir)?;
         check_dirs(&steps, trust).map_err(refuse)?;
@@ -271,6 +284,15 @@ impl Site {
         let meta = std::fs::File::from(fd)
             .metadata()
             .map_err(|e| io_error("cannot read the metadata of", &shown, e))?;
+        if !meta.file_type().is_file() {
+            // A device would be written over (`sqlite:/dev/sda`), a FIFO
+            // or a directory fails later with a puzzling I/O error.
+            return Err(self.refuse(format!(
+                "{:?} is not a regular file ({}): the SQLite store needs a file of its own",
+                shown.display(),
+                kind_of(meta.file_type())
+            )));
+        }
         self.check_owner(&shown, meta.uid())?;
         Ok(FileIdentity::of_metadata(&meta))
     }
@@ -291,5 +313,23 @@ impl Site {
                 e => io_error("cannot open the database file", shown, e.into()),
             },
         )
+    }
+}
+
+/// What a file that is not a regular file is, for messages.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
     }
 }
