@@ -315,7 +315,7 @@ impl Pool {
     /// ID ([`crate::is_internal_work_id`]), a work
     /// ID lies under the membership prefix `<name>/members/` or the done
     /// prefix, the name is not a valid work ID itself (empty, too long,
-    /// control characters) or its membership work ID is not valid, a done
+    /// control characters) or its membership work ID is not valid or reserved, a done
     /// record `<done prefix><work ID>` is not a valid work ID, the done and
     /// membership prefixes overlap, the back-off or finish timeout is under
     /// 1 ms, or the renewal options do not fit the TTL.
@@ -349,8 +349,10 @@ impl Pool {
             ));
         }
         let member_prefix = format!("{}/members/", options.name);
-        // The membership work ID must itself be valid.
-        WorkId::new(format!("{member_prefix}{}", leases.holder_id()))?;
+        // The membership work ID must itself be valid, and not one
+        // worklease keeps for itself (a holder ID `x/fair-queue` would
+        // make every membership acquisition fail).
+        crate::internal::user_work_id(&format!("{member_prefix}{}", leases.holder_id()))?;
         if let Some(prefix) = &options.done_prefix {
             if prefix.starts_with(&member_prefix) || member_prefix.starts_with(prefix.as_str()) {
                 return bad(format!(

@@ -17,7 +17,9 @@ use worklease::runner::RunContext;
 use worklease::store::fault::FaultStore;
 use worklease::store::memory::MemoryStore;
 use worklease::store::sqlite::{SqliteStore, TokioClock};
-use worklease::{AcquireOptions, Config, Error, LeaseEnd, LeaseStore, Leases, WorkId};
+use worklease::{
+    AcquireOptions, Config, Error, InvalidInput, LeaseEnd, LeaseStore, Leases, WorkId,
+};
 
 const TTL: Duration = Duration::from_secs(9);
 /// The round interval: the default renewal interval, TTL/3.
@@ -604,4 +606,21 @@ async fn bad_options_are_refused() {
         assert!(matches!(e, Error::Invalid(_)), "{e:?}");
         assert!(e.to_string().contains("pool name"), "{e}");
     }
+    // Work IDs and memberships that worklease keeps for itself: a holder ID
+    // `x/fair-queue` makes the membership `p/members/x/fair-queue`.
+    let e = Pool::new(leases.clone(), PoolOptions::new("p", ["a/step-down"])).unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::ReservedWorkId { .. })),
+        "{e:?}"
+    );
+    let reserved = Leases::new(
+        Arc::new(MemoryStore::new()),
+        Config::new("x/fair-queue", TTL),
+    )
+    .unwrap();
+    let e = Pool::new(reserved, PoolOptions::new("p", ["a"])).unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(InvalidInput::ReservedWorkId { .. })),
+        "{e:?}"
+    );
 }
