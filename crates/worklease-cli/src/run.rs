@@ -60,8 +60,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         Some(n) => Some(Semaphore::new(leases.clone(), args.work_id.as_str(), n)?),
         None => None,
     };
-    // Catch signals from now on: a signal while waiting ends the wait, one
-    // before the child starts is forwarded to it as soon as it does.
+    // Catch signals from now on: a terminating one during the acquisition
+    // (its first attempt included) ends it and `run` (128 + N, after the
+    // attempt's grant, if any, is released); another one before the child
+    // starts is forwarded to it as soon as it does.
     let mut signals = Signals::install()?;
 
     let acquired = match &semaphore {
@@ -230,9 +232,11 @@ async fn acquire(
             expires_in: None,
         })
     } else {
-        leases
-            .acquire(work_id, fair(args, AcquireOptions::new()))
-            .await
+        let attempt = leases.acquire(work_id, fair(args, AcquireOptions::new()));
+        match interruptible(signals, attempt).await {
+            Ok(first) => first,
+            Err(sig) => return Ok(Acquired::Interrupted(sig)),
+        }
     };
     let (holder_id, expires_in) = match first {
         Ok(token) => return Ok(Acquired::Token(token)),
@@ -291,6 +295,29 @@ async fn acquire(
         leases.acquire(work_id, o)
     })
     .await
+}
+
+/// The first, fail-fast attempt, ended by a terminating signal: `Err`
+/// with the signal, the attempt dropped (a grant it gets anyway is
+/// released in the background, which `run` settles before it exits). A
+/// store call can take long (a Redis replica wait of many seconds, a
+/// store that does not answer until its timeout).
+async fn interruptible<T>(
+    signals: &mut Signals,
+    attempt: impl std::future::Future<Output = T>,
+) -> Result<T, Signal> {
+    tokio::pin!(attempt);
+    loop {
+        tokio::select! {
+            r = &mut attempt => return Ok(r),
+            Some(sig) = signals.recv() => {
+                if terminating(sig) {
+                    return Err(sig);
+                }
+                // No child yet to forward it to.
+            }
+        }
+    }
 }
 
 /// How long an interrupted wait may take to let go of what it holds (a
@@ -388,7 +415,11 @@ async fn acquire_permit(
             expires_in: None,
         })
     } else {
-        semaphore.acquire(fair(args, AcquireOptions::new())).await
+        let attempt = semaphore.acquire(fair(args, AcquireOptions::new()));
+        match interruptible(signals, attempt).await {
+            Ok(first) => first,
+            Err(sig) => return Ok(Acquired::Interrupted(sig)),
+        }
     };
     match first {
         Ok(token) => return Ok(Acquired::Token(token)),

@@ -248,3 +248,72 @@ fn sigterm_during_acquisition_leaves_no_lease_postgres() {
     w.store = format!("{base}{sep}table={table}");
     no_orphans(&w, "postgres");
 }
+
+/// A first attempt that takes long (here a Redis replica wait of 30 s on
+/// a server without replicas) is ended by SIGTERM too: `run` exits 143
+/// within the settle bound (3 s with the default TTL), not when the store
+/// call gives up. The process is seen blocked in `WAIT` on the server
+/// (`CLIENT LIST`) before it is signalled.
+#[test]
+fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
+    let base = std::env::var("WORKLEASE_TEST_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_string());
+    let client = redis::Client::open(base.as_str()).expect("Redis URL");
+    let mut conn = client
+        .get_connection()
+        .expect("the test Redis server answers (see WORKLEASE_TEST_REDIS_URL)");
+    let replicas: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .expect("INFO");
+    if !replicas.contains("connected_slaves:0") {
+        eprintln!("skipped: the test Redis server has replicas, so its WAIT returns at once");
+        return;
+    }
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let prefix = format!("wl-test-sig-{:08x}:", rand::random::<u32>());
+    let mut w = World::new();
+    w.store = format!("{base}{sep}prefix={prefix}&wait_replicas=1&wait_timeout_ms=30000");
+    let mut child = w
+        .cmd(&["-q", "run", "job", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn worklease");
+    let waiting = common::poll_until(LONG, || {
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut conn)
+            .expect("CLIENT LIST");
+        clients.lines().any(|l| l.contains("cmd=wait"))
+    });
+    assert!(waiting, "worklease never blocked in WAIT");
+    let signalled = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx
+        .recv_timeout(LONG)
+        .expect("worklease exits after SIGTERM, before its 30 s replica wait ends")
+        .expect("wait");
+    let took = signalled.elapsed();
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    // The settle bound (min(TTL, 3 s)) and the process's own exit, far
+    // below the 30 s the store call would have taken.
+    assert!(
+        took < Duration::from_secs(10),
+        "exit {took:?} after SIGTERM: {err}"
+    );
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut conn)
+        .expect("KEYS");
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL").arg(keys).query(&mut conn).expect("DEL");
+    }
+}
