@@ -276,7 +276,7 @@ fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
     let prefix = format!("wl-test-sig-{:08x}:", rand::random::<u32>());
     let mut w = World::new();
     w.store = format!("{base}{sep}prefix={prefix}&wait_replicas=1&wait_timeout_ms=30000");
-    let mut child = w
+    let child = w
         .cmd(&["-q", "run", "job", "--", "true"])
         .stderr(Stdio::piped())
         .spawn()
