@@ -42,6 +42,11 @@ pub(super) struct Observation {
     /// stale read would restart the observation of a newer version, and a
     /// holder could renew a lease this adapter should count as expired.
     call: u64,
+    /// The fencing token of the version. Tokens of a work ID only go up, so
+    /// an answer with a lower one is stale whatever its call's number (a
+    /// read sent after one of this adapter's writes was sent can still be
+    /// answered from before that write landed).
+    fencing_token: Option<u64>,
 }
 
 /// A decoded record as read, with its handle and how long it has been seen.
@@ -84,6 +89,7 @@ impl<R: Register> RegisterStore<R> {
         &self,
         work_id: &WorkId,
         handle: Option<&Handle>,
+        fencing_token: Option<u64>,
         call: u64,
         since: Instant,
     ) -> Result<Option<Duration>> {
@@ -102,6 +108,11 @@ impl<R: Register> RegisterStore<R> {
             }
             // A stale answer about another version: newer knowledge stays.
             Some(o) if o.call > call => Ok(None),
+            // An older token than one already seen: stale too.
+            Some(Observation {
+                fencing_token: Some(known),
+                ..
+            }) if fencing_token.is_some_and(|t| t < *known) => Ok(None),
             _ => {
                 match handle {
                     Some(h) => {
@@ -112,6 +123,7 @@ impl<R: Register> RegisterStore<R> {
                                 handle,
                                 since,
                                 call,
+                                fencing_token,
                             },
                         );
                     }
@@ -156,7 +168,7 @@ impl<R: Register> RegisterStore<R> {
         };
         let Some((bytes, handle)) = read else {
             return Ok(self
-                .observe(work_id, None, call, Instant::now())?
+                .observe(work_id, None, None, call, Instant::now())?
                 .map(|_| None));
         };
         let stored = decode_record(&bytes).map_err(|why| {
@@ -165,7 +177,9 @@ impl<R: Register> RegisterStore<R> {
                 &format!("cannot decode the stored lease record: {why}"),
             )
         })?;
-        let Some(observed) = self.observe(work_id, Some(&handle), call, Instant::now())? else {
+        let token = Some(stored.record.fencing_token);
+        let Some(observed) = self.observe(work_id, Some(&handle), token, call, Instant::now())?
+        else {
             return Ok(None);
         };
         Ok(Some(Some(Current {
@@ -213,7 +227,7 @@ impl<R: Register> RegisterStore<R> {
         match written {
             Ok(handle) => {
                 // Our own write: observed since it was sent (module docs).
-                self.observe(work_id, Some(&handle), call, sent)?;
+                self.observe(work_id, Some(&handle), Some(token), call, sent)?;
                 let mut mine = self.own()?;
                 match own {
                     Some(o) => mine.insert(work_id.clone(), OwnWrite { sent, ..o }),
