@@ -200,8 +200,9 @@ holder's TTL, that is within TTL + --poll of its last renewal or of the start
 of the wait, whichever is later.
 
 Exit status: the child's (128+N if signal N ended it); 75 held by another
-(without --wait); 76 lease lost; 64 usage error; 69 store failure;
-126/127 the command cannot be run / was not found. The child may exit with
+(without --wait); 76 lease lost; 64 usage error; 69 store failure; 77 the
+SQLite store file is refused (another user could write it); 126/127 the
+command cannot be run / was not found. The child may exit with
 64, 69, 75 or 76 itself. When the status is worklease's own, the last line
 worklease writes to stderr starts with `worklease:` and says why (for 76:
 `worklease: exit 76: ...`, with the child's own status); when it is the
@@ -235,7 +236,8 @@ TTL/4, at most 10s, and may not exceed TTL/2. A plain SIGSTOP of elect cannot
 be caught: the fencing token (the generation) is the guard then.
 
 Exit status: the child's (128+N if signal N ended it); 76 leadership lost;
-128+N a signal ended the campaign; 64 usage error; 69 store failure. When the
+128+N a signal ended the campaign; 64 usage error; 69 store failure; 77 the
+SQLite store file is refused (another user could write it). When the
 status is elect's own, its last line on stderr starts with `worklease:` (for
 76: `worklease: exit 76: ...`, with the child's own status), as under `run`.
 
@@ -300,7 +302,8 @@ checkpoints do: to run the same work again, use new work IDs (and a new
 Exit status: 0 every work ID is done; 128+N a signal stopped the pool; 64
 usage error (no work IDs, more than 100000, a duplicate or invalid one, an
 empty or invalid --pool-name, no command, a work ID done by a pool of
-another name); 69 store failure; 70 a work ID failed for good; 126/127 CMD cannot
+another name); 69 store failure; 70 a work ID failed for good; 77 the SQLite
+store file is refused (another user could write it); 126/127 CMD cannot
 be executed / was not found (every child is stopped first).
 
 Examples:
