@@ -125,15 +125,34 @@ impl Cluster {
                 })
                 .await;
         }
-        for node in cluster.topology().await.iter().filter(|n| n.primary) {
-            let online = format!("connected_slaves:{}", shape.replicas);
-            cluster
-                .until(node.port, &["INFO", "replication"], |s| {
-                    s.contains(&online) && s.matches("state=online").count() == shape.replicas
-                })
-                .await;
+        // Each primary's replicas online. The primaries are read again at
+        // each round: on a loaded machine the cluster may fail a slow
+        // primary over while it starts (`cluster-node-timeout` is short),
+        // and a node that became a replica never gets replicas of its own.
+        let online = format!("connected_slaves:{}", shape.replicas);
+        let mut waiting = Vec::new();
+        for _ in 0..600 {
+            waiting.clear();
+            for node in cluster.topology().await.iter().filter(|n| n.primary) {
+                let reply = cluster
+                    .cli(
+                        Some(node.port),
+                        &["INFO".to_string(), "replication".to_string()],
+                    )
+                    .await;
+                let ready = reply.contains("role:master")
+                    && reply.contains(&online)
+                    && reply.matches("state=online").count() == shape.replicas;
+                if !ready {
+                    waiting.push((node.port, reply));
+                }
+            }
+            if waiting.is_empty() {
+                return cluster;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        cluster
+        panic!("primaries without their replicas online: {waiting:?}");
     }
 
     /// Starts node `i` (in its directory, on `port` or a free one),
