@@ -190,7 +190,12 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
                     // dropped, it is released in the background; let that
                     // finish before exiting.
                     drop(lead);
-                    settle::before_exit(elector.settle(settle::bound(args.ttl)), args.ttl).await;
+                    settle::before_exit(
+                        elector.settle(settle::bound(args.ttl)),
+                        args.ttl,
+                        &mut *signals.lock().await,
+                    )
+                    .await;
                     return Ok(128 + sig as u8);
                 }
                 None => lead.await,

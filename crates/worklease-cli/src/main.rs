@@ -931,7 +931,15 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(dispatch(cli.command));
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    if matches!(result, Ok(code) if code > 128) {
+        // Ended by a signal: what had to finish (background releases) was
+        // waited for already, bounded (`settle`); a blocking store call
+        // still running is one nobody awaits, and waiting for it would
+        // only make the exit later than that bound.
+        runtime.shutdown_background();
+    } else {
+        runtime.shutdown_timeout(Duration::from_secs(1));
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {

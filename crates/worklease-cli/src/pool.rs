@@ -165,7 +165,12 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
     };
     // Acquisitions of slots given up when the pool stopped may be granted
     // anyway: they are released in the background; let that finish.
-    settle::before_exit(slots.leases.settle(settle::bound(args.ttl)), args.ttl).await;
+    settle::before_exit(
+        slots.leases.settle(settle::bound(args.ttl)),
+        args.ttl,
+        &mut signals,
+    )
+    .await;
     if let Some(failure) = lock(&slots.fatal).take() {
         return Err(failure);
     }

@@ -84,7 +84,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             );
             // A grant of the attempt given up (a fair waiter's place too)
             // is being released in the background: let it finish.
-            settle::before_exit(leases.settle(settle::bound(args.ttl)), args.ttl).await;
+            settle::before_exit(
+                leases.settle(settle::bound(args.ttl)),
+                args.ttl,
+                &mut signals,
+            )
+            .await;
             return Ok(128 + sig as u8);
         }
     };

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use worklease::Unsettled;
 
+use crate::supervise::Signals;
+
 /// The longest `worklease` waits for its background releases before it
 /// exits on a signal: a few round trips of any store, and less than the
 /// time a user waits before pressing Ctrl-C again. Bounded by the TTL too
@@ -24,12 +26,25 @@ pub fn bound(ttl: Duration) -> Duration {
 
 /// Awaits `settle` (a `Leases::settle` or `Elector::settle` with
 /// [`bound`]); when its bound passed first, says on stderr what is left:
-/// those leases end with their TTL, and the exit status is unchanged.
-pub async fn before_exit(settle: impl Future<Output = Result<(), Unsettled>>, ttl: Duration) {
-    if let Err(e) = settle.await {
-        eprintln!(
-            "worklease: {e} (TTL {}); exiting anyway",
-            humantime::format_duration(ttl)
-        );
+/// those leases end with their TTL, and the exit status is unchanged. A
+/// second terminating signal (Ctrl-C again) ends the wait at once, as it
+/// does in most tools that wait on their way out. A release that failed
+/// was logged as a warning by the library.
+pub async fn before_exit(
+    settle: impl Future<Output = Result<(), Unsettled>>,
+    ttl: Duration,
+    signals: &mut Signals,
+) {
+    let ttl_text = humantime::format_duration(ttl);
+    tokio::select! {
+        settled = settle => {
+            if let Err(e) = settled {
+                eprintln!("worklease: {e} (TTL {ttl_text}); exiting anyway");
+            }
+        }
+        Some(sig) = signals.next_terminating() => eprintln!(
+            "worklease: {sig} again: exiting without waiting for the background releases; \
+             a lease they leave ends when its TTL runs out (TTL {ttl_text})"
+        ),
     }
 }

@@ -249,6 +249,83 @@ fn sigterm_during_acquisition_leaves_no_lease_postgres() {
     no_orphans(&w, "postgres");
 }
 
+/// A Redis server without replicas, a key prefix of this test's own, and
+/// `worklease run` blocked in a replica wait of 30 s there (seen in `WAIT`
+/// through `CLIENT LIST`), its stderr piped; `None` when the test server
+/// has replicas (its `WAIT` returns at once). Dropped, deletes the test's
+/// keys.
+struct BlockedInWait {
+    conn: redis::Connection,
+    prefix: String,
+}
+
+impl BlockedInWait {
+    fn start() -> Option<(Self, Child)> {
+        let base = std::env::var("WORKLEASE_TEST_REDIS_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_string());
+        let client = redis::Client::open(base.as_str()).expect("Redis URL");
+        let mut conn = client
+            .get_connection()
+            .expect("the test Redis server answers (see WORKLEASE_TEST_REDIS_URL)");
+        let replicas: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut conn)
+            .expect("INFO");
+        if !replicas.contains("connected_slaves:0") {
+            eprintln!("skipped: the test Redis server has replicas, so its WAIT returns at once");
+            return None;
+        }
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let prefix = format!("wl-test-sig-{:08x}:", rand::random::<u32>());
+        let mut w = World::new();
+        w.store = format!("{base}{sep}prefix={prefix}&wait_replicas=1&wait_timeout_ms=30000");
+        let child = w
+            .cmd(&["run", "job", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn worklease");
+        let waiting = common::poll_until(LONG, || {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut conn)
+                .expect("CLIENT LIST");
+            clients.lines().any(|l| l.contains("cmd=wait"))
+        });
+        assert!(waiting, "worklease never blocked in WAIT");
+        Some((Self { conn, prefix }, child))
+    }
+}
+
+fn sigterm(child: &Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+}
+
+impl Drop for BlockedInWait {
+    fn drop(&mut self) {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query(&mut self.conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<()> = redis::cmd("DEL").arg(keys).query(&mut self.conn);
+        }
+    }
+}
+
+/// Waits (bounded by [`LONG`]) for `child` to exit; its output.
+fn exit_of(child: Child) -> std::process::Output {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    rx.recv_timeout(LONG)
+        .expect("worklease exits after SIGTERM, before its 30 s replica wait ends")
+        .expect("wait")
+}
+
 /// A first attempt that takes long (here a Redis replica wait of 30 s on
 /// a server without replicas) is ended by SIGTERM too: `run` exits 143
 /// within the settle bound (3 s with the default TTL), not when the store
@@ -256,50 +333,12 @@ fn sigterm_during_acquisition_leaves_no_lease_postgres() {
 /// (`CLIENT LIST`) before it is signalled.
 #[test]
 fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
-    let base = std::env::var("WORKLEASE_TEST_REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_string());
-    let client = redis::Client::open(base.as_str()).expect("Redis URL");
-    let mut conn = client
-        .get_connection()
-        .expect("the test Redis server answers (see WORKLEASE_TEST_REDIS_URL)");
-    let replicas: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut conn)
-        .expect("INFO");
-    if !replicas.contains("connected_slaves:0") {
-        eprintln!("skipped: the test Redis server has replicas, so its WAIT returns at once");
+    let Some((_keys, child)) = BlockedInWait::start() else {
         return;
-    }
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let prefix = format!("wl-test-sig-{:08x}:", rand::random::<u32>());
-    let mut w = World::new();
-    w.store = format!("{base}{sep}prefix={prefix}&wait_replicas=1&wait_timeout_ms=30000");
-    let child = w
-        .cmd(&["-q", "run", "job", "--", "true"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn worklease");
-    let waiting = common::poll_until(LONG, || {
-        let clients: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query(&mut conn)
-            .expect("CLIENT LIST");
-        clients.lines().any(|l| l.contains("cmd=wait"))
-    });
-    assert!(waiting, "worklease never blocked in WAIT");
+    };
     let signalled = Instant::now();
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = rx
-        .recv_timeout(LONG)
-        .expect("worklease exits after SIGTERM, before its 30 s replica wait ends")
-        .expect("wait");
+    sigterm(&child);
+    let out = exit_of(child);
     let took = signalled.elapsed();
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(143), "{err}");
@@ -309,11 +348,43 @@ fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
         took < Duration::from_secs(10),
         "exit {took:?} after SIGTERM: {err}"
     );
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query(&mut conn)
-        .expect("KEYS");
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL").arg(keys).query(&mut conn).expect("DEL");
+}
+
+/// A second SIGTERM while `run` waits for its background releases on the
+/// way out (the first attempt's store call, blocked in `WAIT`, would keep
+/// it for the whole settle bound) ends that wait at once: exit 143, and a
+/// line saying what is left to the TTL.
+#[test]
+fn a_second_sigterm_ends_the_wait_for_background_releases() {
+    let Some((_keys, mut child)) = BlockedInWait::start() else {
+        return;
+    };
+    let stderr = child.stderr.take().expect("stderr");
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    sigterm(&child);
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(LONG)
+            .unwrap_or_else(|_| panic!("no \"gave up\" line after SIGTERM: {seen:?}"));
+        let gave_up = line.contains("gave up");
+        seen.push(line);
+        if gave_up {
+            break;
+        }
     }
+    sigterm(&child);
+    let out = exit_of(child);
+    seen.extend(lines.try_iter());
+    assert_eq!(out.status.code(), Some(143), "{seen:?}");
+    assert!(
+        seen.iter().any(|l| l.contains("SIGTERM again")
+            && l.contains("without waiting for the background releases")),
+        "the second SIGTERM must end the settle wait: {seen:?}"
+    );
 }

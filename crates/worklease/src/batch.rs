@@ -151,7 +151,14 @@ impl Leases {
     pub(crate) async fn hand_back(&self, leases: &[LeaseRef<'_>]) {
         for chunk in leases.chunks(self.inner.store.max_batch().max(1)) {
             if let Err(e) = self.inner.store.release_many(chunk).await {
-                tracing::debug!(error = %e, "could not hand back grants: they expire with their TTL");
+                // Taken from other holders until their TTL ends: worth an
+                // operator's notice (a process exiting on a signal says
+                // nothing else about it).
+                tracing::warn!(
+                    error = %e,
+                    work_ids = ?chunk.iter().map(|l| l.work_id.as_str()).collect::<Vec<_>>(),
+                    "could not release grants nobody holds: they stay taken until their TTL ends"
+                );
             }
         }
     }

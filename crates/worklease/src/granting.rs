@@ -124,9 +124,9 @@ async fn release_orphans(leases: Leases, granted: Vec<Granted>) {
             leases = granted.len(),
             "released the grants of an acquisition dropped while its store call was in flight"
         ),
-        Err(_) => tracing::debug!(
+        Err(_) => tracing::warn!(
             leases = granted.len(),
-            "releasing the grants of a dropped acquisition took longer than their TTL"
+            "releasing the grants of a dropped acquisition took longer than their TTL (they have ended)"
         ),
     }
 }

@@ -1,6 +1,6 @@
 //! The work IDs worklease keeps for itself beside a user's own: a fair
-//! line's queue and waiter leases (ADR 0015) and an election's step-down
-//! requests (issue 19). `worklease status` hides them unless asked, and the
+//! line's queue and waiter leases (ADR 0015), a semaphore's line target
+//! and an election's step-down requests (issue 19). `worklease status` hides them unless asked, and the
 //! entry points that take a user's work ID (acquisitions, batches,
 //! elections, pools) refuse them, so that a user's lease never collides
 //! with one of them.
@@ -9,10 +9,11 @@ use crate::election::STEP_DOWN_SUFFIX;
 use crate::error::InvalidInput;
 use crate::fair::{QUEUE_SUFFIX, WAITER_INFIX};
 use crate::limits::WorkId;
+use crate::semaphore::LINE_SUFFIX;
 
 /// Whether `work_id` names a lease worklease keeps for itself next to a
 /// user's lease, semaphore or election: `T/fair-queue`,
-/// `T/fair-waiter/<slot>` or `E/step-down`.
+/// `T/fair-waiter/<slot>`, `S/permit/line` or `E/step-down`.
 ///
 /// ```
 /// assert!(worklease::is_internal_work_id("jobs/7/fair-waiter/3"));
@@ -32,6 +33,9 @@ fn reserved_for(work_id: &str) -> Option<(&'static str, &str)> {
     }
     if let Some(target) = work_id.strip_suffix(QUEUE_SUFFIX) {
         return Some(("the fair line of", target));
+    }
+    if let Some(semaphore) = work_id.strip_suffix(LINE_SUFFIX) {
+        return Some(("the fair line of the semaphore", semaphore));
     }
     if let Some(election) = work_id.strip_suffix(STEP_DOWN_SUFFIX) {
         return Some(("the step-down requests of the election", election));
@@ -76,6 +80,7 @@ mod tests {
             ("jobs/fair-queue", "jobs"),
             ("jobs/fair-waiter/3", "jobs"),
             ("sched/step-down", "sched"),
+            ("pool/permit/line", "pool"),
         ] {
             let e = user_work_id(id).unwrap_err();
             assert!(

@@ -112,7 +112,7 @@ impl AcquireOptions {
     /// acquisition refuses while fair waiters are queued. Built from
     /// leases on every store (`T/fair-queue`, `T/fair-waiter/<slot>`,
     /// next to the target `T`; a semaphore's line is next to
-    /// `NAME/permit`); a waiter that dies leaves the line within its TTL,
+    /// `NAME/permit/line`); a waiter that dies leaves the line within its TTL,
     /// one that is cancelled or times out at once. Cancel a fair wait
     /// through [`AcquireOptions::cancel_on`] or
     /// [`AcquireOptions::wait_timeout`]: dropping its future while a store

@@ -65,6 +65,13 @@ pub const MAX_PERMITS: usize = 10_000;
 /// permit's work ID (`NAME/permit/K`).
 pub const PERMIT_INFIX: &str = "/permit/";
 
+/// What follows a semaphore's name in the target of its fair line
+/// (`NAME/permit/line`: the line is `NAME/permit/line/fair-queue` and
+/// `NAME/permit/line/fair-waiter/K`). A work ID ending so is worklease's
+/// own ([`crate::is_internal_work_id`]): no user's lease has the
+/// semaphore's line.
+pub const LINE_SUFFIX: &str = "/permit/line";
+
 /// A semaphore of `N` permits over the leases of one handle. Cheap to
 /// clone (the permit IDs are shared).
 #[derive(Clone, Debug)]
@@ -162,9 +169,11 @@ impl Semaphore {
         }
     }
 
-    /// The target of the semaphore's fair line, `NAME/permit` (its line is
-    /// `NAME/permit/fair-queue` and `NAME/permit/fair-waiter/K`, beside the
-    /// permits and apart from the line of a lease named `NAME`).
+    /// The target of the semaphore's fair line, `NAME/permit/line` (its
+    /// line is `NAME/permit/line/fair-queue` and
+    /// `NAME/permit/line/fair-waiter/K`, beside the permits). The target is
+    /// reserved ([`LINE_SUFFIX`]), so the line is apart from every user
+    /// lease's, `NAME`'s and `NAME/permit`'s included.
     pub fn line_target(&self) -> String {
         line_target(&self.name)
     }
@@ -198,7 +207,7 @@ impl Semaphore {
 
 /// The target of semaphore `name`'s fair line ([`Semaphore::line_target`]).
 pub fn line_target(name: &str) -> String {
-    format!("{name}{}", PERMIT_INFIX.trim_end_matches('/'))
+    format!("{name}{LINE_SUFFIX}")
 }
 
 /// The work IDs of the `permits` permits of semaphore `name`:

@@ -192,3 +192,50 @@ pub async fn fair_dead_waiter_does_not_stall(s: &Suite) {
     );
     doomed_task.abort();
 }
+
+/// A semaphore's fair line is its own: while a fair waiter of semaphore
+/// `NAME` is in line, fail-fast fair acquisitions of free leases named
+/// `NAME` and `NAME/permit` succeed (a shared line would refuse them with
+/// [`Error::WaitersAhead`]), and the semaphore's line target is refused as
+/// a user's work ID. (A break test found `NAME/permit`'s line shared with
+/// the semaphore's.)
+pub async fn fair_semaphore_line_is_its_own(s: &Suite) {
+    let name = s.work_id("fair-own");
+    let holder = Semaphore::new(s.holder("fair-own-holder"), &name, 1).expect("semaphore");
+    let permit = holder.acquire(fast()).await.expect("the one permit");
+    let permit = holder
+        .leases()
+        .start_renewal(permit, RenewalOptions::new())
+        .expect("renewal");
+    let waiter = Semaphore::new(s.holder("fair-own-waiter"), &name, 1).expect("semaphore");
+    let line = crate::semaphore::line_target(&name);
+    let mut waiting = None;
+    joined(s, &line, || {
+        let options = fair_wait(s);
+        waiting = Some(tokio::spawn(async move { waiter.acquire(options).await }));
+    })
+    .await;
+    let neighbour = s.holder("fair-own-neighbour");
+    for plain in [
+        name.clone(),
+        format!(
+            "{name}{}",
+            crate::semaphore::PERMIT_INFIX.trim_end_matches('/')
+        ),
+    ] {
+        match neighbour.acquire(&plain, fast().fair()).await {
+            Ok(t) => neighbour.release(t).await.expect("release"),
+            Err(e) => panic!(
+                "a fair acquisition of the free lease {plain:?} must not wait in semaphore {name:?}'s line: {e}"
+            ),
+        }
+    }
+    match neighbour.acquire(&line, fast().fair()).await {
+        Err(Error::Invalid(_)) => {}
+        other => panic!("the semaphore's line target {line:?} is worklease's own: got {other:?}"),
+    }
+    let waiting = waiting.expect("started");
+    waiting.abort();
+    let permit = permit.stop().await.expect("the holder kept its permit");
+    holder.leases().release(permit).await.expect("release");
+}

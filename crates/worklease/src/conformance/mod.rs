@@ -276,6 +276,7 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, semaphore_dead_holder_frees_its_permit);
             $crate::conformance_tests!(@one $paused, $make, fair_order_with_newcomers);
             $crate::conformance_tests!(@one $paused, $make, fair_dead_waiter_does_not_stall);
+            $crate::conformance_tests!(@one $paused, $make, fair_semaphore_line_is_its_own);
             $crate::conformance_tests!(@one $paused, $make, election_one_leader_and_fast_handover);
             $crate::conformance_tests!(@one $paused, $make, election_event_stream);
             $crate::conformance_tests!(@one $paused, $make, election_leader_cut_off);

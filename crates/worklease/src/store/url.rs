@@ -410,6 +410,24 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
                     ),
                 ));
             }
+            if path.ends_with('/')
+                || path.ends_with("/.")
+                || path.ends_with("/..")
+                || path == "."
+                || path == ".."
+            {
+                // The path functions would take `/srv/leases/` for the file
+                // `/srv/leases`: SQLite would create a file where the user
+                // meant a directory.
+                return Err(url_error(
+                    url,
+                    format!(
+                        "the path names a directory, not a file: write the file's name, \
+                         for example sqlite:{}/leases.db",
+                        path.trim_end_matches('/')
+                    ),
+                ));
+            }
             Ok(StoreSpec::Sqlite(PathBuf::from(path)))
         }
         "memory" => {
@@ -550,6 +568,21 @@ mod tests {
             parse("sqlite:./file:x.db").is_ok(),
             "a file really named so"
         );
+    }
+
+    #[test]
+    fn sqlite_paths_naming_a_directory_are_refused() {
+        for url in [
+            "sqlite:/srv/leases/",
+            "sqlite:///srv/",
+            "sqlite:.",
+            "sqlite:a/..",
+            "sqlite:a/.",
+        ] {
+            let r = reason(url);
+            assert!(r.contains("names a directory"), "{url}: {r}");
+        }
+        assert!(reason("sqlite:/srv/leases/").contains("sqlite:/srv/leases/leases.db"));
     }
 
     #[test]

@@ -22,6 +22,14 @@ pub const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the server may take to answer one command, by default.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The most replicas a replica wait may ask for: far above any real
+/// deployment's, a bound that catches a typo.
+pub const MAX_WAIT_REPLICAS: u32 = 1_000;
+/// The longest replica wait: a write that waits longer for its replicas is
+/// one whose lease is better given up (a renewal that waits that long has
+/// let most leases expire), and `WAIT` blocks its connection meanwhile.
+pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The query parameters of the URL that the store reads itself.
 const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
 /// The query parameters passed on to the `redis` crate.
@@ -70,17 +78,41 @@ impl std::fmt::Debug for RedisConfig {
 }
 
 /// A replica wait, or why it cannot be one.
-fn checked_wait(replicas: u32, timeout: Duration) -> std::result::Result<WaitForReplicas, String> {
+fn checked_wait(replicas: u64, timeout: Duration) -> std::result::Result<WaitForReplicas, String> {
     if replicas == 0 {
         return Err("the replica wait needs at least 1 replica".to_string());
     }
+    let replicas = match u32::try_from(replicas) {
+        Ok(n) if n <= MAX_WAIT_REPLICAS => n,
+        _ => {
+            return Err(format!(
+                "the replica wait asks for {replicas} replicas: at most {MAX_WAIT_REPLICAS}"
+            ))
+        }
+    };
     if timeout < Duration::from_millis(1) {
         return Err(format!(
             "the replica wait timeout is {timeout:?}: it must be at least 1ms \
              (WAIT with timeout 0 would block forever)"
         ));
     }
+    if timeout > MAX_WAIT_TIMEOUT {
+        return Err(format!(
+            "the replica wait timeout is {timeout:?}: at most {MAX_WAIT_TIMEOUT:?}"
+        ));
+    }
     Ok(WaitForReplicas { replicas, timeout })
+}
+
+/// The whole number `value` of URL parameter `name`, or why it is not one.
+fn whole_number(name: &str, value: &str) -> std::result::Result<u64, String> {
+    value.parse().map_err(|_| {
+        if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            format!("{name}={value:?} is too large")
+        } else {
+            format!("{name}={value:?} is not a whole number")
+        }
+    })
 }
 
 impl RedisConfig {
@@ -136,7 +168,7 @@ impl RedisConfig {
             ));
         }
         let mut prefix = DEFAULT_PREFIX.to_string();
-        let mut replicas: Option<u32> = None;
+        let mut replicas: Option<u64> = None;
         let mut wait_ms: Option<u64> = None;
         let mut kept = Vec::new();
         // `cacert`, `cert` and `key`, percent-decoded.
@@ -154,22 +186,10 @@ impl RedisConfig {
             match key.as_ref() {
                 "prefix" => prefix = value.into_owned(),
                 "wait_replicas" => {
-                    replicas = Some(value.parse().map_err(|_| {
-                        url_error(
-                            url,
-                            format!("wait_replicas={value:?} is not a whole number"),
-                        )
-                    })?)
+                    replicas = Some(whole_number(&key, &value).map_err(|r| url_error(url, r))?)
                 }
                 "wait_timeout_ms" => {
-                    wait_ms = Some(value.parse().map_err(|_| {
-                        url_error(
-                            url,
-                            format!(
-                                "wait_timeout_ms={value:?} is not a whole number of milliseconds"
-                            ),
-                        )
-                    })?)
+                    wait_ms = Some(whole_number(&key, &value).map_err(|r| url_error(url, r))?)
                 }
                 k if TLS_PARAMS.contains(&k) => {
                     let i = TLS_PARAMS.iter().position(|p| *p == k).unwrap_or(0);
@@ -283,10 +303,11 @@ impl RedisConfig {
     /// up).
     ///
     /// # Errors
-    /// [`InvalidInput::Config`] for zero replicas, a timeout under 1 ms
-    /// (`WAIT` with timeout 0 would block forever).
+    /// [`InvalidInput::Config`] for zero replicas or more than
+    /// [`MAX_WAIT_REPLICAS`], a timeout under 1 ms (`WAIT` with timeout 0
+    /// would block forever) or over [`MAX_WAIT_TIMEOUT`].
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Result<Self> {
-        self.wait = Some(checked_wait(replicas, timeout).map_err(InvalidInput::Config)?);
+        self.wait = Some(checked_wait(replicas.into(), timeout).map_err(InvalidInput::Config)?);
         Ok(self)
     }
 
@@ -414,6 +435,16 @@ mod tests {
         );
         assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=0").contains("at least 1ms"));
         assert!(reason("redis://h/0?wait_replicas=x&wait_timeout_ms=1").contains("whole number"));
+        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=-1").contains("whole number"));
+        assert!(
+            reason("redis://h/0?wait_replicas=99999999999&wait_timeout_ms=1")
+                .contains("at most 1000")
+        );
+        assert!(
+            reason("redis://h/0?wait_replicas=1&wait_timeout_ms=99999999999999999999999")
+                .contains("too large")
+        );
+        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=60001").contains("at most 60s"));
         let c = RedisConfig::from_url(
             "redis+cluster://h1:7000,h2:7001/?wait_replicas=1&wait_timeout_ms=5",
         )

@@ -39,7 +39,8 @@
 //!   takeover of an expired lease) announces nothing: it makes no lease
 //!   free, and waking waiters would only earn them a `Held`.
 //! * **Replication.** [`RedisConfig::wait_for_replicas`] (URL:
-//!   `wait_replicas=N&wait_timeout_ms=T`) makes every write (acquire,
+//!   `wait_replicas=N&wait_timeout_ms=T`, N at most [`MAX_WAIT_REPLICAS`],
+//!   T from 1 ms to [`MAX_WAIT_TIMEOUT`]) makes every write (acquire,
 //!   renew, checkpoint, release, revoke, and each batch once, after its
 //!   script) run `WAIT N T` pipelined behind its script, and fail with a
 //!   store error when fewer than N replicas acknowledged it in time. A
@@ -271,7 +272,7 @@ pub use acl::ACL_COMMANDS;
 pub use batch::MAX_BATCH;
 pub use config::{
     RedisConfig, WaitForReplicas, DEFAULT_CONNECTION_TIMEOUT, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_RESPONSE_TIMEOUT, MAX_WAIT_REPLICAS, MAX_WAIT_TIMEOUT,
 };
 pub use connection::RedisStore;
 pub use keys::{LeaseKeys, MAX_PREFIX_BYTES};
