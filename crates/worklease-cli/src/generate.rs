@@ -159,6 +159,9 @@ fn render(cmd: &Command, source: &str, date: &str, w: &mut dyn Write) -> std::io
     if let Some(text) = cmd.get_after_long_help().or(cmd.get_after_help()) {
         w.write_all(details(&text.to_string()).as_bytes())?;
     }
+    if let Some(section) = environment(cmd) {
+        w.write_all(section.as_bytes())?;
+    }
     if cmd.get_version().is_some() {
         man.render_version_section(w)?;
     }
@@ -203,6 +206,35 @@ fn details(text: &str) -> String {
     }
     roff.control("ad", ["b"]).control("hy", []);
     roff.render()
+}
+
+/// The ENVIRONMENT section: each environment variable an option of `cmd`
+/// reads when it is not given (clap_mangen lists options without them),
+/// or `None` when no option reads one.
+fn environment(cmd: &Command) -> Option<String> {
+    let vars: Vec<(String, String)> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| {
+            let var = a.get_env()?.to_string_lossy().into_owned();
+            let option = a
+                .get_long()
+                .map(|l| format!("--{l}"))
+                .unwrap_or_else(|| a.get_id().to_string());
+            Some((var, option))
+        })
+        .collect();
+    if vars.is_empty() {
+        return None;
+    }
+    let mut roff = roff::Roff::new();
+    roff.control("SH", ["ENVIRONMENT"]);
+    for (var, option) in vars {
+        roff.control("TP", [])
+            .text([roff::bold(var)])
+            .text([roff::roman(format!("Read when {option} is not given."))]);
+    }
+    Some(roff.render())
 }
 
 /// Writes the page of `cmd` and of each of its visible subcommands, nested

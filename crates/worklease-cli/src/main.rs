@@ -626,8 +626,9 @@ pub struct RunArgs {
     permits: Option<usize>,
 
     /// The work ID to hold (1 to 1024 bytes, no control characters, not
-    /// ending in /fair-queue, /fair-waiter/N or /step-down, which worklease
-    /// keeps for itself), or with --permits the semaphore's name.
+    /// ending in /fair-queue, /fair-waiter/N, /permit/line or /step-down,
+    /// which worklease keeps for itself), or with --permits the semaphore's
+    /// name.
     #[arg(value_name = "WORK_ID", value_parser = parse_user_work_id)]
     work_id: WorkId,
 

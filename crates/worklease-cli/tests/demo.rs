@@ -186,6 +186,54 @@ fn without_the_kill_every_hand_off_is_clean() {
     );
 }
 
+/// A tree that changes while the demo runs fails its check (the workers
+/// read other contents than the pass made before they started): the
+/// report says so, so that the failure is not taken for the leases'.
+#[test]
+fn a_tree_changing_during_the_run_is_named_as_the_cause() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let input = tmp.path().join("input");
+    make_input(&input);
+    let growing = input.join("file-00.txt");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&growing)
+                .expect("open");
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                f.write_all(b"one more line\n").expect("append");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let input_arg = input.to_str().expect("UTF-8 path");
+    let out = run_demo(
+        &[
+            "demo",
+            "--no-kill",
+            "--workers",
+            "1",
+            "--shards",
+            "1",
+            input_arg,
+        ],
+        &tmp.path().join("home"),
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().expect("writer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAILED"), "{stdout}");
+    assert!(
+        stdout.contains("1 file(s) under") && stdout.contains("changed while the demo ran"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn demo_usage_errors_exit_64() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -151,6 +151,16 @@ fn a_subcommand_page_documents_its_own_options() {
     assert!(page.contains(&title), "no {title:?} in {page}");
     assert!(page.contains("\\-\\-grace"), "{page}");
     assert!(!page.contains("\\-\\-work\\-ids"), "pool's option: {page}");
+    // The environment variable --store falls back to (clap_mangen's
+    // OPTIONS leave it out).
+    let env = page
+        .split("\n.SH ENVIRONMENT\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no ENVIRONMENT section: {page}"));
+    assert!(
+        env.contains("WORKLEASE_STORE") && env.contains("\\-\\-store"),
+        "{env}"
+    );
 
     let out = output(&w, &["man", "checkpoint", "set"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -30,12 +30,13 @@ pub enum InvalidInput {
     /// A work ID that worklease keeps for itself beside the user's own
     /// (see [`crate::is_internal_work_id`]): `T/fair-queue` and
     /// `T/fair-waiter/<n>` hold the fair line of `T` (ADR 0015),
-    /// `E/step-down` the step-down requests of the election `E`. Acquiring
+    /// `S/permit/line` is the target of semaphore `S`'s line, `E/step-down`
+    /// the step-down requests of the election `E`. Acquiring
     /// one as a lease of one's own would collide with them.
     #[error(
         "work ID {work_id:?} is reserved for {purpose} {owner:?}: worklease keeps the work IDs \
-         ending in /fair-queue, /fair-waiter/<number> or /step-down for itself; choose another \
-         for a lease, election, semaphore or pool"
+         ending in /fair-queue, /fair-waiter/<number>, /permit/line or /step-down for itself; \
+         choose another for a lease, election, semaphore or pool"
     )]
     ReservedWorkId {
         /// The work ID given.

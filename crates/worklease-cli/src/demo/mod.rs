@@ -54,7 +54,7 @@ mod timeline;
 mod worker;
 
 pub use child::{demo_shard, DemoShardArgs};
-use input::{collect_text_files, given_store, input_dir, split, Scratch};
+use input::{collect_text_files, given_store, input_dir, split, Scratch, TextFile};
 use protocol::Manifest;
 use report::{read_final_checkpoints, report};
 use timeline::{describe, print_plan, Record};
@@ -294,12 +294,45 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     say("");
     let finals = read_final_checkpoints(store, &plan).await?;
     let ok = report(&plan, &run, &files, &ranges, &finals, &record);
+    if !ok {
+        // The check compares the workers' counts with a pass made before
+        // they started: a tree that changed meanwhile fails it whatever
+        // the leases did.
+        let changed = changed_files(&root, &files);
+        if changed > 0 {
+            say(format!(
+                "  ({changed} file(s) under {} changed while the demo ran: the check counts the \
+                 files as they were before it started, and the workers read them later. Run it \
+                 on a tree nothing writes to, or on a copy.)",
+                root.display()
+            ));
+        }
+    }
     say(format!(
         "({:.1}s; store {})",
         started.elapsed().as_secs_f64(),
         given_store.map_or_else(|| "removed".to_string(), |u| url::redact(&u))
     ));
     Ok(if ok { 0 } else { 1 })
+}
+
+/// How many of `files` (counted before the run) read differently now, are
+/// gone, or have been joined by new text files under `root`.
+fn changed_files(root: &std::path::Path, files: &[TextFile]) -> usize {
+    let Ok((now, _)) = collect_text_files(root) else {
+        return 0;
+    };
+    let before: std::collections::HashMap<&str, _> =
+        files.iter().map(|f| (f.path.as_str(), f.counts)).collect();
+    let same = now
+        .iter()
+        .filter(|f| before.get(f.path.as_str()) == Some(&f.counts))
+        .count();
+    let added = now
+        .iter()
+        .filter(|f| !before.contains_key(f.path.as_str()))
+        .count();
+    (files.len() - same) + added
 }
 
 /// SIGINT and SIGTERM, caught for the demo's clean-up.

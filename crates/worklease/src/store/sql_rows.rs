@@ -138,8 +138,9 @@ pub(crate) fn no_store(
         kind,
         format!(
             "no store: table {table} does not exist in {shown} (the first `worklease run`, \
-             `elect` or `pool` creates it; `status`, `leader`, `release` and `checkpoint` \
-             create nothing)"
+             `elect` or `pool` creates it where its user may create tables, else an owner \
+             creates it: docs/operators.md, \"Least privilege\"; `status`, `leader`, \
+             `release` and `checkpoint` create nothing)"
         ),
     )
     .into()

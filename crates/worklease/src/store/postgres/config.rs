@@ -97,6 +97,11 @@ impl TableName {
         format!("{CHANNEL_PREFIX}{self}")
     }
 
+    /// The schema as quoted SQL, where the name gives one.
+    pub(crate) fn schema_quoted(&self) -> Option<String> {
+        self.schema.as_ref().map(|s| format!("\"{s}\""))
+    }
+
     fn quoted_with(&self, name: &str) -> String {
         match &self.schema {
             Some(s) => format!("\"{s}\".\"{name}\""),

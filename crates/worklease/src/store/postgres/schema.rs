@@ -119,12 +119,17 @@ impl PostgresStore {
         if !lacks_privilege(&e) {
             return db_err("cannot create the lease table and its fencing sequence")(e);
         }
+        // A table in a schema of its own needs the schema's USAGE too.
+        let schema = table
+            .schema_quoted()
+            .map(|s| format!(", and USAGE ON SCHEMA {s}"))
+            .unwrap_or_default();
         StoreError::with_source(
             KIND,
             format!(
                 "the role of {} may not create table {table} or its fencing sequence \
                  (SQLSTATE 42501): have an owner run\n{}and grant the role {TABLE_PRIVILEGES} \
-                 ON TABLE {} and {SEQUENCE_PRIVILEGES} ON SEQUENCE {}\n(docs/operators.md, \
+                 ON TABLE {}, {SEQUENCE_PRIVILEGES} ON SEQUENCE {}{schema}\n(docs/operators.md, \
                  \"Least privilege\"); the cause",
                 self.shown,
                 table.ddl(),
