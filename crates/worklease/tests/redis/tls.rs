@@ -133,7 +133,7 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
     let wrong = OwnServer::start_tls(dir.path(), &args);
     // Refused connections are retried by the connection manager (about
     // 6 s of back-off): the four refusals run at once.
-    let (no_ca, other, no_client_cert, wrong_name) = tokio::join!(
+    let (no_ca, other, no_client_cert, wrong_name, plain) = tokio::join!(
         // The system's roots do not hold the throwaway CA.
         refused(format!(
             "{base}&cert={}&key={}",
@@ -154,6 +154,12 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
             wrong.port,
             enc(&ca)
         )),
+        // No TLS at all: the server hangs up, and the message says what
+        // that likely means.
+        refused(format!(
+            "redis://:s3cret@127.0.0.1:{}/0?prefix=tls%3A",
+            server.port
+        )),
     );
     for text in [&no_ca, &other] {
         assert!(text.contains("not signed by a trusted CA"), "{text}");
@@ -166,7 +172,11 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
         wrong_name.contains("does not name the host"),
         "{wrong_name}"
     );
-    for text in [no_ca, other, no_client_cert, wrong_name] {
+    assert!(
+        plain.contains("write rediss://") && plain.contains("?prefix=tls:"),
+        "{plain}"
+    );
+    for text in [no_ca, other, no_client_cert, wrong_name, plain] {
         assert!(!text.contains("s3cret"), "{text}");
     }
 }

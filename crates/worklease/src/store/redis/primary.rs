@@ -127,12 +127,26 @@ impl RedisStore {
     /// The error of a failed connection: the redacted URL, and with TLS a
     /// hint when the server's certificate is the cause.
     fn cannot_connect(&self, e: RedisError) -> crate::Error {
-        let what = format!("cannot connect to {}", redact(&self.config.to_url()));
+        let url = self.config.to_url();
+        // Shown as written: the parameters were percent-encoded when the
+        // URL was put together again (`prefix=jobs%3A`); the password is
+        // gone before the decoding.
+        let shown = percent_encoding::percent_decode_str(&redact(&url))
+            .decode_utf8_lossy()
+            .into_owned();
+        let mut what = format!("cannot connect to {shown}");
         #[cfg(feature = "redis-tls")]
-        let what = match super::tls::hint(&e) {
-            Some(hint) => format!("{what} ({hint})"),
-            None => what,
-        };
+        if let Some(hint) = super::tls::hint(&e) {
+            what = format!("{what} ({hint})");
+        }
+        if !url.starts_with("rediss") && e.is_connection_dropped() {
+            // A TLS port closes a connection that does not start with a
+            // TLS handshake, and the client reports only a reset.
+            what = format!(
+                "{what} (the server closed the connection at once: if that port takes TLS, \
+                 write rediss://)"
+            );
+        }
         store_err(&what, e)
     }
 
