@@ -306,3 +306,22 @@ fn a_fifo_or_a_directory_is_refused_as_the_store_file() {
     left.sort();
     assert_eq!(left, vec![dir, fifo], "nothing else is written");
 }
+
+#[test]
+fn a_directory_that_cannot_be_made_is_refused_saying_why() {
+    let (_dir, mine) = dir_with_mode(0o700);
+    // A loop of symbolic links and a plain file where a directory goes:
+    // "File exists" would say neither.
+    std::os::unix::fs::symlink(mine.join("b"), mine.join("a")).unwrap();
+    std::os::unix::fs::symlink(mine.join("a"), mine.join("b")).unwrap();
+    std::fs::write(mine.join("f"), "").unwrap();
+    for (dir, why) in [("a", "symbolic links"), ("f", "not a directory")] {
+        let url = format!("sqlite:{}", mine.join(dir).join("leases.db").display());
+        let e = worklease::store::url::open(&url).err().expect("refused");
+        let text = format!("{e}: {:?}", std::error::Error::source(&e));
+        assert!(
+            text.contains("cannot create the directory") && text.contains(why),
+            "{text}"
+        );
+    }
+}

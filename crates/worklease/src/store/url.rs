@@ -237,6 +237,15 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn LeaseStore>> {
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
         dirs.create(parent).map_err(|e| {
+            // "File exists" for a name that is there but leads to no
+            // directory: say why (a loop of symbolic links, a file).
+            let e = match (e.kind(), std::fs::metadata(parent)) {
+                (std::io::ErrorKind::AlreadyExists, Err(why)) => why,
+                (std::io::ErrorKind::AlreadyExists, Ok(m)) if !m.is_dir() => {
+                    std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory")
+                }
+                _ => e,
+            };
             StoreError::with_source(
                 "sqlite",
                 format!(
