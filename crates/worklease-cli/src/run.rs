@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio_util::sync::CancellationToken;
 use worklease::store::memory::MemoryStore;
 use worklease::store::ExpiryClock;
 use worklease::{
@@ -296,7 +295,7 @@ async fn acquire(
             .wait_for_lease()
             .poll_interval(args.poll),
     );
-    wait_for_grant(leases, signals, options, args.poll, "the lease", |o| {
+    wait_for_grant(signals, options, args.poll, "the lease", |o| {
         leases.acquire(work_id, o)
     })
     .await
@@ -325,18 +324,14 @@ async fn interruptible<T>(
     }
 }
 
-/// How long an interrupted wait may take to let go of what it holds (a
-/// fair waiter's place in line) before `run` exits anyway.
-const LET_GO: Duration = Duration::from_secs(2);
-
 /// Waits for a grant, `attempt` after `attempt` (each a waiting
 /// acquisition with `options`), retrying store failures every `poll`,
 /// until one succeeds or a terminating signal comes. On that signal the
-/// attempt in flight is cancelled through its options' token and awaited
-/// (at most [`LET_GO`]), so that it lets go of what it holds before `run`
-/// exits; a grant that comes anyway is released.
+/// attempt in flight is dropped, as the first attempt is
+/// ([`interruptible`]): the library lets go of what it held (a fair
+/// waiter's place, a grant that comes anyway) in the background, which
+/// `run` settles before it exits, one bounded wait for all of it.
 async fn wait_for_grant<F, Fut>(
-    leases: &Leases,
     signals: &mut Signals,
     options: AcquireOptions,
     poll: Duration,
@@ -348,23 +343,9 @@ where
     Fut: std::future::Future<Output = Result<Token, Error>>,
 {
     loop {
-        let cancel = CancellationToken::new();
-        let call = attempt(options.clone().cancel_on(cancel.clone()));
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                Some(sig) = signals.recv() => {
-                    if terminating(sig) {
-                        cancel.cancel();
-                        if let Ok(Ok(token)) = tokio::time::timeout(LET_GO, &mut call).await {
-                            release_after_failure(leases, token).await;
-                        }
-                        return Ok(Acquired::Interrupted(sig));
-                    }
-                    // No child yet to forward it to.
-                }
-            }
+        let result = match interruptible(signals, attempt(options.clone())).await {
+            Ok(result) => result,
+            Err(sig) => return Ok(Acquired::Interrupted(sig)),
         };
         match result {
             Ok(token) => return Ok(Acquired::Token(token)),
@@ -472,14 +453,9 @@ async fn acquire_permit(
         name,
         semaphore.permit_ids(),
     );
-    wait_for_grant(
-        semaphore.leases(),
-        signals,
-        options,
-        args.poll,
-        "a permit",
-        |o| semaphore.acquire(o),
-    )
+    wait_for_grant(signals, options, args.poll, "a permit", |o| {
+        semaphore.acquire(o)
+    })
     .await
 }
 
