@@ -257,10 +257,19 @@ fn sigterm_during_acquisition_leaves_no_lease_postgres() {
 struct BlockedInWait {
     conn: redis::Connection,
     prefix: String,
+    /// One such test at a time: `CLIENT LIST` cannot tell whose client
+    /// waits, and a process signalled before it catches signals dies of
+    /// the signal.
+    _alone: std::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl BlockedInWait {
     fn start() -> Option<(Self, Child)> {
+        let alone = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let base = std::env::var("WORKLEASE_TEST_REDIS_URL")
             .ok()
             .filter(|u| !u.is_empty())
@@ -294,7 +303,14 @@ impl BlockedInWait {
             clients.lines().any(|l| l.contains("cmd=wait"))
         });
         assert!(waiting, "worklease never blocked in WAIT");
-        Some((Self { conn, prefix }, child))
+        Some((
+            Self {
+                conn,
+                prefix,
+                _alone: alone,
+            },
+            child,
+        ))
     }
 }
 
@@ -380,7 +396,8 @@ fn a_second_sigterm_ends_the_wait_for_background_releases() {
     }
     sigterm(&child);
     let out = exit_of(child);
-    seen.extend(lines.try_iter());
+    // The rest of stderr, to its end (the reader's channel closes there).
+    seen.extend(lines.iter());
     assert_eq!(out.status.code(), Some(143), "{seen:?}");
     assert!(
         seen.iter().any(|l| l.contains("SIGTERM again")

@@ -8,6 +8,7 @@
 //!   `WORKLEASE_SIM_SEED_BASE` (default 0), on every core, with a line of
 //!   progress every 10 s (a release build runs many times faster:
 //!   `cargo test --release -p worklease --features testkit --test simulation`);
+//!   `WORKLEASE_SIM_WORKERS=N` runs them on N threads instead;
 //! * `WORKLEASE_SIM_SEED=S WORKLEASE_SIM_STORE=memory` replays one seed on
 //!   one store (the command a failure prints);
 //! * `WORKLEASE_SIM_MUTANT=<name>` puts one of this file's broken store
@@ -43,7 +44,16 @@ fn campaign(backend: Backend, default_seeds: u64) {
     }
     let mut c = Campaign::new(backend, sim::seeds_from_env(default_seeds));
     if std::env::var_os("WORKLEASE_SIM_SEEDS").is_some() {
-        // A long campaign: every core, and a line of progress now and then.
+        // A long campaign: every core (or `WORKLEASE_SIM_WORKERS` threads:
+        // SQLite's seeds wait on its blocking threads, and more workers
+        // than cores keep the cores busy), and a line of progress now and
+        // then.
+        if let Some(n) = std::env::var("WORKLEASE_SIM_WORKERS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            c.workers = n;
+        }
         c.progress = Some(std::time::Duration::from_secs(10));
     } else {
         // The test harness already runs the campaigns side by side.
