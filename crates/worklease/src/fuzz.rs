@@ -7,8 +7,7 @@
 
 use std::str::FromStr;
 
-use crate::limits::{HolderId, WorkId};
-use crate::store::LeaseInfo;
+use crate::limits::WorkId;
 use crate::token::Token;
 
 /// Runs every input of `fuzz/corpus/TARGET` (`fuzz_dir` is `fuzz/`)
@@ -32,6 +31,7 @@ pub fn run_corpus(fuzz_dir: &std::path::Path, target_name: &str, target: fn(&[u8
 }
 
 /// A structured input (a row's columns) drawn from the fuzzer's bytes.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 fn structured<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
     arbitrary::Unstructured::new(data).arbitrary().ok()
 }
@@ -39,7 +39,15 @@ fn structured<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
 /// What every decoded lease must be, whatever the store: a valid holder,
 /// a fencing token of at least 1, a predecessor of the same kind, an end
 /// exactly when it is expired, and no time left when it is.
-fn check_info(info: &LeaseInfo) {
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "redis",
+    feature = "etcd"
+))]
+fn check_info(info: &crate::store::LeaseInfo) {
+    use crate::limits::HolderId;
     assert!(HolderId::new(info.holder_id.as_str()).is_ok(), "{info:?}");
     assert!(info.fencing_token > 0, "{info:?}");
     if let Some(p) = &info.handoff.previous {
