@@ -104,7 +104,8 @@ pub struct ElectArgs {
     publish: Option<String>,
 
     /// The election (a work ID: 1 to 1014 bytes, no control characters,
-    /// not ending with `/step-down`, which names its step-down requests).
+    /// not ending in /fair-queue, /fair-waiter/N, /permit/line or
+    /// /step-down, which worklease keeps for itself).
     #[arg(value_name = "ELECTION", value_parser = parse_election)]
     election: WorkId,
 

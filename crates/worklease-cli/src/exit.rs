@@ -55,7 +55,8 @@ Exit status:
            holder's deadline); checkpoint: stale token
   77       the SQLite store file is refused: another user could write it
            (its directory is writable by all without the sticky bit, or
-           the file is another user's); nothing was written
+           the file is another user's), or it is not a regular file;
+           nothing was written
   126/127  run, pool: the command cannot be executed / was not found
   128+N    run: the child was ended by signal N (130 for SIGINT,
            143 for SIGTERM); also when worklease itself is interrupted

@@ -208,11 +208,30 @@ fn details(text: &str) -> String {
     roff.render()
 }
 
-/// The ENVIRONMENT section: each environment variable an option of `cmd`
-/// reads when it is not given (clap_mangen lists options without them),
-/// or `None` when no option reads one.
+/// The variables that choose the default store file, when neither
+/// `--store` nor `WORKLEASE_STORE` names a store (`store::url::default_sqlite_path`).
+const DEFAULT_STORE_VARS: [(&str, &str); 3] = [
+    (
+        "WORKLEASE_HOME",
+        "The default store is the SQLite file leases.db in this directory.",
+    ),
+    (
+        "XDG_DATA_HOME",
+        "Without WORKLEASE_HOME, the default store is worklease/leases.db under this directory (an absolute path).",
+    ),
+    (
+        "HOME",
+        "Without either, the default store is .local/share/worklease/leases.db under it; without HOME, /var/lib/worklease/leases.db.",
+    ),
+];
+
+/// The ENVIRONMENT section (clap_mangen's OPTIONS leave environment
+/// variables out): each variable an option of `cmd` falls back to, the
+/// variables of the default store where `cmd` takes `--store`, and on the
+/// top page every one of them and `RUST_LOG`; `None` where there is none.
 fn environment(cmd: &Command) -> Option<String> {
-    let vars: Vec<(String, String)> = cmd
+    let top = cmd.get_name() == "worklease";
+    let mut vars: Vec<(String, String)> = cmd
         .get_arguments()
         .filter(|a| !a.is_hide_set())
         .filter_map(|a| {
@@ -221,18 +240,37 @@ fn environment(cmd: &Command) -> Option<String> {
                 .get_long()
                 .map(|l| format!("--{l}"))
                 .unwrap_or_else(|| a.get_id().to_string());
-            Some((var, option))
+            Some((var, format!("Read when {option} is not given.")))
         })
         .collect();
+    if top {
+        vars.push((
+            "WORKLEASE_STORE".into(),
+            "The store URL of every subcommand that takes --store, when it is not given.".into(),
+        ));
+    }
+    if top || cmd.get_arguments().any(|a| a.get_id() == "store") {
+        vars.extend(
+            DEFAULT_STORE_VARS
+                .iter()
+                .map(|(var, text)| ((*var).to_string(), (*text).to_string())),
+        );
+    }
+    if top {
+        vars.push((
+            "RUST_LOG".into(),
+            "The log filter (tracing's EnvFilter syntax) when neither -v nor -q is given.".into(),
+        ));
+    }
     if vars.is_empty() {
         return None;
     }
     let mut roff = roff::Roff::new();
     roff.control("SH", ["ENVIRONMENT"]);
-    for (var, option) in vars {
+    for (var, text) in vars {
         roff.control("TP", [])
             .text([roff::bold(var)])
-            .text([roff::roman(format!("Read when {option} is not given."))]);
+            .text([roff::roman(text)]);
     }
     Some(roff.render())
 }

@@ -104,9 +104,9 @@ of the wait, whichever is later.
 
 Exit status: the child's (128+N if signal N ended it); 75 held by another
 (without --wait); 76 lease lost; 64 usage error; 69 store failure; 77 the
-SQLite store file is refused (another user could write it); 126/127 the
-command cannot be run / was not found. The child may exit with
-64, 69, 75 or 76 itself. When the status is worklease's own, the last line
+SQLite store file is refused (another user could write it, or it is not a
+regular file); 126/127 the command cannot be run / was not found. The
+child may exit with 64, 69, 75 or 76 itself. When the status is worklease's own, the last line
 worklease writes to stderr starts with `worklease:` and says why (for 76:
 `worklease: exit 76: ...`, with the child's own status); when it is the
 child's, worklease writes no such line after the child ended (its log lines
@@ -140,9 +140,10 @@ be caught: the fencing token (the generation) is the guard then.
 
 Exit status: the child's (128+N if signal N ended it); 76 leadership lost;
 128+N a signal ended the campaign; 64 usage error; 69 store failure; 77 the
-SQLite store file is refused (another user could write it). When the
-status is elect's own, its last line on stderr starts with `worklease:` (for
-76: `worklease: exit 76: ...`, with the child's own status), as under `run`.
+SQLite store file is refused (another user could write it, or it is not a
+regular file). When the status is elect's own, its last line on stderr
+starts with `worklease:` (for 76: `worklease: exit 76: ...`, with the
+child's own status), as under `run`.
 
 Examples:
   # On every node: exactly one runs the scheduler; if it dies, another takes over.
@@ -206,8 +207,9 @@ Exit status: 0 every work ID is done; 128+N a signal stopped the pool; 64
 usage error (no work IDs, more than 100000, a duplicate or invalid one, an
 empty or invalid --pool-name, no command, a work ID done by a pool of
 another name); 69 store failure; 70 a work ID failed for good; 77 the SQLite
-store file is refused (another user could write it); 126/127 CMD cannot
-be executed / was not found (every child is stopped first).
+store file is refused (another user could write it, or it is not a regular
+file); 126/127 CMD cannot be executed / was not found (every child is
+stopped first).
 
 Examples:
   worklease pool --work-ids shard-0,shard-1,shard-2,shard-3 -- ./process-shard.sh

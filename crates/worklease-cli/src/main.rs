@@ -373,8 +373,9 @@ pub struct PoolArgs {
     pool_name: String,
 
     /// The work IDs, comma-separated; repeatable (each 1 to 1024 bytes, no
-    /// control characters, none ending in /fair-queue, /fair-waiter/N or
-    /// /step-down, no duplicates; 1 to 100,000 work IDs in all).
+    /// control characters, none ending in /fair-queue, /fair-waiter/N,
+    /// /permit/line or /step-down, no duplicates; 1 to 100,000 work IDs in
+    /// all).
     #[arg(long, value_name = "ID,ID,...")]
     work_ids: Vec<String>,
 
@@ -410,8 +411,9 @@ pub struct StatusArgs {
     permits: Option<usize>,
 
     /// With no WORK_ID: also the leases worklease keeps for itself beside
-    /// yours (fair lines' `.../fair-queue` and `.../fair-waiter/N`, an
-    /// election's `.../step-down` requests), hidden by default.
+    /// yours (fair lines' `.../fair-queue` and `.../fair-waiter/N`, a
+    /// semaphore's under `NAME/permit/line/`, an election's `.../step-down`
+    /// requests), hidden by default.
     #[arg(long)]
     all: bool,
 

@@ -140,12 +140,24 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
             slots.clone().run(ctx).instrument(span)
         }
     };
-    let run = pool.run(slots.shutdown.clone(), work);
-    tokio::pin!(run);
+    let mut run = Box::pin(pool.run(slots.shutdown.clone(), work));
     let mut interrupted = None;
+    // Once stopping: how long the children's grace and the releases may
+    // take before the pool exits anyway (a store whose every write blocks,
+    // such as a Redis replica wait without replicas, would otherwise keep
+    // it for minutes).
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let stop_bound = grace + settle::bound(args.ttl);
     let result = loop {
+        let past_deadline = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            result = &mut run => break result,
+            result = &mut run => break Some(result),
+            () = past_deadline => break None,
             Some(sig) = signals.recv() => {
                 if terminating(sig) && !slots.shutdown.is_cancelled() {
                     interrupted = Some(sig);
@@ -155,14 +167,35 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
                         fmt_secs(grace)
                     );
                     slots.shutdown.cancel();
+                    deadline = Some(tokio::time::Instant::now() + stop_bound);
                 } else {
                     // SIGCONT, SIGUSR1, SIGUSR2, and terminating signals
                     // after the first: to every child's group.
                     slots.fanout.send(sig);
+                    if terminating(sig) {
+                        // A second one also ends the wait (Ctrl-C again).
+                        eprintln!(
+                            "worklease: {sig}, a second signal: pool {:?} exits without waiting \
+                             for its children and releases; a lease it still holds ends when its \
+                             TTL runs out",
+                            args.pool_name
+                        );
+                        return Ok(128 + interrupted.unwrap_or(sig) as u8);
+                    }
                 }
             }
         }
     };
+    let Some(result) = result else {
+        eprintln!(
+            "worklease: pool {:?} did not stop within {} (the children's grace and its releases): \
+             exiting; a lease it still holds ends when its TTL runs out",
+            args.pool_name,
+            fmt_secs(stop_bound)
+        );
+        return Ok(128 + interrupted.map_or(0, |s| s as u8));
+    };
+    drop(run);
     // Acquisitions of slots given up when the pool stopped may be granted
     // anyway: they are released in the background; let that finish.
     settle::before_exit(

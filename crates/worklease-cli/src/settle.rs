@@ -43,7 +43,7 @@ pub async fn before_exit(
             }
         }
         Some(sig) = signals.next_terminating() => eprintln!(
-            "worklease: {sig} again: exiting without waiting for the background releases; \
+            "worklease: {sig}, a second signal: exiting without waiting for the background releases; \
              a lease they leave ends when its TTL runs out (TTL {ttl_text})"
         ),
     }

@@ -250,7 +250,7 @@ fn sigterm_during_acquisition_leaves_no_lease_postgres() {
 }
 
 /// A Redis server without replicas, a key prefix of this test's own, and
-/// `worklease run` blocked in a replica wait of 30 s there (seen in `WAIT`
+/// `worklease ARGS` blocked in a replica wait of 30 s there (seen in `WAIT`
 /// through `CLIENT LIST`), its stderr piped; `None` when the test server
 /// has replicas (its `WAIT` returns at once). Dropped, deletes the test's
 /// keys.
@@ -266,7 +266,7 @@ struct BlockedInWait {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl BlockedInWait {
-    fn start() -> Option<(Self, Child)> {
+    fn start(args: &[&str]) -> Option<(Self, Child)> {
         let alone = ONE_AT_A_TIME
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -291,7 +291,7 @@ impl BlockedInWait {
         let mut w = World::new();
         w.store = format!("{base}{sep}prefix={prefix}&wait_replicas=1&wait_timeout_ms=30000");
         let child = w
-            .cmd(&["run", "job", "--", "true"])
+            .cmd(args)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn worklease");
@@ -349,7 +349,7 @@ fn exit_of(child: Child) -> std::process::Output {
 /// (`CLIENT LIST`) before it is signalled.
 #[test]
 fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
-    let Some((_keys, child)) = BlockedInWait::start() else {
+    let Some((_keys, child)) = BlockedInWait::start(&["run", "job", "--", "true"]) else {
         return;
     };
     let signalled = Instant::now();
@@ -372,36 +372,98 @@ fn sigterm_during_a_long_first_attempt_ends_run_within_the_settle_bound() {
 /// line saying what is left to the TTL.
 #[test]
 fn a_second_sigterm_ends_the_wait_for_background_releases() {
-    let Some((_keys, mut child)) = BlockedInWait::start() else {
+    let Some((_keys, mut child)) = BlockedInWait::start(&["run", "job", "--", "true"]) else {
         return;
     };
-    let stderr = child.stderr.take().expect("stderr");
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
+    let lines = stderr_lines(&mut child);
     sigterm(&child);
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .recv_timeout(LONG)
-            .unwrap_or_else(|_| panic!("no \"gave up\" line after SIGTERM: {seen:?}"));
-        let gave_up = line.contains("gave up");
-        seen.push(line);
-        if gave_up {
-            break;
-        }
-    }
+    let mut seen = lines_until(&lines, "gave up");
     sigterm(&child);
     let out = exit_of(child);
     // The rest of stderr, to its end (the reader's channel closes there).
     seen.extend(lines.iter());
     assert_eq!(out.status.code(), Some(143), "{seen:?}");
     assert!(
-        seen.iter().any(|l| l.contains("SIGTERM again")
+        seen.iter().any(|l| l.contains("SIGTERM, a second signal")
             && l.contains("without waiting for the background releases")),
         "the second SIGTERM must end the settle wait: {seen:?}"
     );
+}
+
+/// `pool` stopped by SIGTERM while its store calls block (each write waits
+/// 30 s for a replica that does not exist): it exits once its children's
+/// grace and the settle bound have passed (here 1 s + 2 s), saying so,
+/// not after every blocked release (148 s in the break test).
+#[test]
+fn a_stopping_pool_exits_within_its_bound_when_its_store_blocks() {
+    let args = [
+        "pool",
+        "--ttl",
+        "2s",
+        "--grace",
+        "1s",
+        "--work-ids",
+        "a,b",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let Some((_keys, child)) = BlockedInWait::start(&args) else {
+        return;
+    };
+    sigterm(&child);
+    let out = exit_of(child);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(err.contains("did not stop within 3.0s"), "{err}");
+}
+
+/// A second SIGTERM to a stopping `pool` ends its wait at once.
+#[test]
+fn a_second_sigterm_ends_a_stopping_pool() {
+    let args = ["-v", "pool", "--work-ids", "a,b", "--", "sleep", "30"];
+    let Some((_keys, mut child)) = BlockedInWait::start(&args) else {
+        return;
+    };
+    let lines = stderr_lines(&mut child);
+    sigterm(&child);
+    // The first signal is handled once the pool says it stops.
+    let mut seen = lines_until(&lines, "stopping every child");
+    sigterm(&child);
+    let out = exit_of(child);
+    seen.extend(lines.iter());
+    assert_eq!(out.status.code(), Some(143), "{seen:?}");
+    assert!(
+        seen.iter().any(|l| l.contains("a second signal")),
+        "{seen:?}"
+    );
+}
+
+/// The lines of `child`'s stderr, as they come (the channel closes at its
+/// end).
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// The lines from `lines` up to the first containing `needle` (bounded by
+/// [`LONG`]).
+fn lines_until(lines: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .recv_timeout(LONG)
+            .unwrap_or_else(|_| panic!("no {needle:?} line: {seen:?}"));
+        let found = line.contains(needle);
+        seen.push(line);
+        if found {
+            return seen;
+        }
+    }
 }

@@ -132,6 +132,8 @@ impl Semaphore {
     /// # Errors
     /// * [`Error::PermitsHeld`] when every permit is held and waiting was
     ///   not asked for;
+    /// * [`Error::WaitersAhead`] (naming the semaphore) when a fail-fast
+    ///   fair acquisition finds fair waiters in line;
     /// * [`Error::Cancelled`] / [`Error::WaitTimedOut`] (naming the
     ///   semaphore) when a wait is cancelled or times out;
     /// * [`Error::Invalid`] for a bad poll interval; [`Error::Store`] when
@@ -164,6 +166,11 @@ impl Semaphore {
             Err(Error::WaitTimedOut { waited, .. }) => Err(Error::WaitTimedOut {
                 work_id: self.name.to_string(),
                 waited,
+            }),
+            // Named by the semaphore, not by its line's reserved target.
+            Err(Error::WaitersAhead { waiters, .. }) => Err(Error::WaitersAhead {
+                target: self.name.to_string(),
+                waiters,
             }),
             Err(e) => Err(e),
         }

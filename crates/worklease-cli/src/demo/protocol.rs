@@ -32,6 +32,16 @@ impl Counts {
     }
 }
 
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} lines, {} words, {} bytes",
+            self.lines, self.words, self.bytes
+        )
+    }
+}
+
 /// The file's text, or `None` when it cannot be read, holds a NUL byte
 /// (binary) or is not UTF-8.
 pub(super) fn read_text(path: &Path) -> Option<String> {

@@ -118,7 +118,7 @@ fn check_shard(
     }
     if state.totals != direct {
         problems.push(format!(
-            "totals {:?} differ from the direct pass {:?}",
+            "totals ({}) differ from the direct pass ({})",
             state.totals, direct
         ));
     }
@@ -243,7 +243,7 @@ pub(super) fn report(
     ));
     if total != direct {
         problems.push(format!(
-            "the shards' totals {total:?} differ from the direct pass {direct:?}"
+            "the shards' totals ({total}) differ from the direct pass ({direct})"
         ));
     }
     if problems.is_empty() {

@@ -234,6 +234,17 @@ pub async fn fair_semaphore_line_is_its_own(s: &Suite) {
         Err(Error::Invalid(_)) => {}
         other => panic!("the semaphore's line target {line:?} is worklease's own: got {other:?}"),
     }
+    let impatient = Semaphore::new(s.holder("fair-own-impatient"), &name, 1).expect("semaphore");
+    match impatient.acquire(fast().fair()).await {
+        Err(Error::WaitersAhead { target, waiters }) => {
+            assert_eq!(
+                (target.as_str(), waiters),
+                (name.as_str(), 1),
+                "named by the semaphore"
+            )
+        }
+        other => panic!("a fail-fast fair permit behind a queued waiter: got {other:?}"),
+    }
     let waiting = waiting.expect("started");
     waiting.abort();
     let permit = permit.stop().await.expect("the holder kept its permit");

@@ -419,6 +419,15 @@ pub fn parse(url: &str) -> Result<StoreSpec> {
                     ),
                 ));
             }
+            if path.contains('?') {
+                // SQLite's own URIs take `?mode=ro`, `?cache=shared`: here
+                // they would become part of a file's name.
+                return Err(url_error(
+                    url,
+                    "a sqlite: URL takes no parameters (?...): it is the store file's path \
+                     alone, and the store opens the file read-write",
+                ));
+            }
             if path.ends_with('/')
                 || path.ends_with("/.")
                 || path.ends_with("/..")
@@ -592,6 +601,7 @@ mod tests {
             assert!(r.contains("names a directory"), "{url}: {r}");
         }
         assert!(reason("sqlite:/srv/leases/").contains("sqlite:/srv/leases/leases.db"));
+        assert!(reason("sqlite:/srv/e.db?mode=ro").contains("no parameters"));
     }
 
     #[test]

@@ -133,7 +133,7 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
     let wrong = OwnServer::start_tls(dir.path(), &args);
     // Refused connections are retried by the connection manager (about
     // 6 s of back-off): the four refusals run at once.
-    let (no_ca, other, no_client_cert, wrong_name, plain) = tokio::join!(
+    let (no_ca, other, no_client_cert, wrong_name, plain, nobody) = tokio::join!(
         // The system's roots do not hold the throwaway CA.
         refused(format!(
             "{base}&cert={}&key={}",
@@ -160,7 +160,13 @@ async fn tls_server_takes_rediss_urls_that_trust_its_ca() {
             "redis://:s3cret@127.0.0.1:{}/0?prefix=tls%3A",
             server.port
         )),
+        // Nothing listens there: nobody hung up, no TLS hint.
+        refused(format!(
+            "redis://127.0.0.1:{}/0",
+            super::server::free_port()
+        )),
     );
+    assert!(!nobody.contains("rediss://"), "{nobody}");
     for text in [&no_ca, &other] {
         assert!(text.contains("not signed by a trusted CA"), "{text}");
     }

@@ -104,15 +104,21 @@ fn checked_wait(replicas: u64, timeout: Duration) -> std::result::Result<WaitFor
     Ok(WaitForReplicas { replicas, timeout })
 }
 
-/// The whole number `value` of URL parameter `name`, or why it is not one.
-fn whole_number(name: &str, value: &str) -> std::result::Result<u64, String> {
-    value.parse().map_err(|_| {
-        if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-            format!("{name}={value:?} is too large")
-        } else {
-            format!("{name}={value:?} is not a whole number")
-        }
-    })
+/// The whole number `value` of URL parameter `name`, from `min` to `max`,
+/// or why it is not one (naming the range, `unit` after it).
+fn whole_number(
+    name: &str,
+    value: &str,
+    min: u64,
+    max: u64,
+    unit: &str,
+) -> std::result::Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{name}={value:?}: a whole number from {min} to {max}{unit} is needed"
+        )),
+    }
 }
 
 impl RedisConfig {
@@ -186,10 +192,17 @@ impl RedisConfig {
             match key.as_ref() {
                 "prefix" => prefix = value.into_owned(),
                 "wait_replicas" => {
-                    replicas = Some(whole_number(&key, &value).map_err(|r| url_error(url, r))?)
+                    replicas = Some(
+                        whole_number(&key, &value, 1, MAX_WAIT_REPLICAS.into(), "")
+                            .map_err(|r| url_error(url, r))?,
+                    )
                 }
                 "wait_timeout_ms" => {
-                    wait_ms = Some(whole_number(&key, &value).map_err(|r| url_error(url, r))?)
+                    let max = u64::try_from(MAX_WAIT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+                    let unit = " (milliseconds; WAIT with 0 would block forever)";
+                    wait_ms = Some(
+                        whole_number(&key, &value, 1, max, unit).map_err(|r| url_error(url, r))?,
+                    )
                 }
                 k if TLS_PARAMS.contains(&k) => {
                     let i = TLS_PARAMS.iter().position(|p| *p == k).unwrap_or(0);
@@ -430,21 +443,51 @@ mod tests {
         assert!(reason("redis://h/0#insecure").contains("always verified"));
         assert!(reason("redis://h/0?prefix=a%7Bb").contains("braces"));
         assert!(reason("redis://h/0?wait_replicas=1").contains("go together"));
-        assert!(
-            reason("redis://h/0?wait_replicas=0&wait_timeout_ms=5").contains("at least 1 replica")
-        );
-        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=0").contains("at least 1ms"));
-        assert!(reason("redis://h/0?wait_replicas=x&wait_timeout_ms=1").contains("whole number"));
-        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=-1").contains("whole number"));
-        assert!(
-            reason("redis://h/0?wait_replicas=99999999999&wait_timeout_ms=1")
-                .contains("at most 1000")
-        );
-        assert!(
-            reason("redis://h/0?wait_replicas=1&wait_timeout_ms=99999999999999999999999")
-                .contains("too large")
-        );
-        assert!(reason("redis://h/0?wait_replicas=1&wait_timeout_ms=60001").contains("at most 60s"));
+        for (query, says) in [
+            ("wait_replicas=0&wait_timeout_ms=5", "from 1 to 1000"),
+            ("wait_replicas=x&wait_timeout_ms=1", "from 1 to 1000"),
+            ("wait_replicas=-1&wait_timeout_ms=1", "from 1 to 1000"),
+            (
+                "wait_replicas=99999999999&wait_timeout_ms=1",
+                "from 1 to 1000",
+            ),
+            (
+                "wait_replicas=99999999999999999999999&wait_timeout_ms=1",
+                "from 1 to 1000",
+            ),
+            (
+                "wait_replicas=1&wait_timeout_ms=-1",
+                "from 1 to 60000 (milliseconds",
+            ),
+            (
+                "wait_replicas=1&wait_timeout_ms=0",
+                "from 1 to 60000 (milliseconds",
+            ),
+            (
+                "wait_replicas=1&wait_timeout_ms=60001",
+                "from 1 to 60000 (milliseconds",
+            ),
+            (
+                "wait_replicas=1&wait_timeout_ms=99999999999999999999999",
+                "from 1 to 60000",
+            ),
+        ] {
+            let r = reason(&format!("redis://h/0?{query}"));
+            assert!(r.contains(says), "{query}: {r}");
+        }
+        let bad = RedisConfig::from_url("redis://h/0").unwrap();
+        for (replicas, timeout, says) in [
+            (0, Duration::from_millis(5), "at least 1 replica"),
+            (1001, Duration::from_millis(5), "at most 1000"),
+            (1, Duration::from_micros(500), "at least 1ms"),
+            (1, Duration::from_secs(61), "at most 60s"),
+        ] {
+            let e = bad
+                .clone()
+                .wait_for_replicas(replicas, timeout)
+                .unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
         let c = RedisConfig::from_url(
             "redis+cluster://h1:7000,h2:7001/?wait_replicas=1&wait_timeout_ms=5",
         )

@@ -139,7 +139,7 @@ impl RedisStore {
         if let Some(hint) = super::tls::hint(&e) {
             what = format!("{what} ({hint})");
         }
-        if !url.starts_with("rediss") && e.is_connection_dropped() {
+        if !url.starts_with("rediss") && e.is_connection_dropped() && !e.is_connection_refusal() {
             // A TLS port closes a connection that does not start with a
             // TLS handshake, and the client reports only a reset.
             what = format!(
