@@ -32,15 +32,20 @@ enum Kind {
     Permit,
     /// A fair acquisition (the queue lease, the line, the target).
     Fair,
+    /// A fair waiting acquisition of a lease another holder releases
+    /// meanwhile: it joins the line (its queue lease taken and released,
+    /// its waiter lease held), waits, and is served.
+    FairWaiting,
 }
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::FailFast,
     Kind::Waiting,
     Kind::Any,
     Kind::Many,
     Kind::Permit,
     Kind::Fair,
+    Kind::FairWaiting,
 ];
 
 /// An acquisition whose future is dropped at a random point, also while
@@ -195,7 +200,11 @@ impl Drops {
                 let b = s.work_id("dropped");
                 // A fair acquisition makes about four store calls; the others
                 // one (two for a waiting one).
-                let calls = if matches!(kind, Kind::Fair) { 5 } else { 2 };
+                let calls = match kind {
+                    Kind::Fair => 5,
+                    Kind::FairWaiting => 8,
+                    _ => 2,
+                };
                 let cut = rng.gen_range(Duration::ZERO..=call * calls);
                 let finished = match kind {
                     Kind::FailFast => drop_at(cut, leases.acquire(&a, fast()))
@@ -232,6 +241,22 @@ impl Drops {
                         drop_at(cut, leases.acquire(&a, fast().fair()))
                             .await
                             .map(|t| vec![t])
+                    }
+                    Kind::FairWaiting => {
+                        fair_targets.push(a.clone());
+                        let held = other.acquire(&a, fast()).await.expect("acquire");
+                        let let_go = rng.gen_range(call..=call * 4);
+                        let wait = fast()
+                            .fair()
+                            .wait_for_lease()
+                            .poll_interval(Duration::from_millis(1).max(s.round_trip));
+                        let release = async {
+                            tokio::time::sleep(let_go).await;
+                            other.release(held).await.expect("release");
+                        };
+                        let (_, r) =
+                            tokio::join!(release, drop_at(cut * 2, leases.acquire(&a, wait)));
+                        r.map(|t| vec![t])
                     }
                 };
                 match finished {

@@ -124,7 +124,7 @@ impl Hold {
     /// expire; nothing of the caller's outcome depends on it).
     pub(crate) async fn release_queue(&mut self) {
         if let Some(q) = self.queue.take() {
-            release(&self.leases, q, "queue").await;
+            self.release_detached(q, "queue").await;
         }
     }
 
@@ -132,12 +132,28 @@ impl Hold {
     pub(crate) async fn let_go(&mut self) {
         self.release_queue().await;
         if let Some(w) = self.waiter.take() {
-            release(&self.leases, w, "waiter").await;
+            self.release_detached(w, "waiter").await;
         }
+    }
+
+    /// Releases `renewal`'s lease on a task of its own (counted by
+    /// [`Leases::settle`]) and waits for it: a caller dropped meanwhile (an
+    /// interrupted `worklease run` drops its acquisition) no longer cuts
+    /// the release short, which left the lease, out of `self` already,
+    /// taken until its TTL (found by `signal_orphans`: a queue lease left
+    /// once in 40 interrupted fair waits).
+    async fn release_detached(&self, renewal: Renewal, what: &'static str) {
+        let leases = self.leases.clone();
+        let task = self
+            .leases
+            .spawn_background(async move { release(&leases, renewal, what).await });
+        // A task that panicked or was dropped at the runtime's end: the
+        // lease expires.
+        let _ = task.await;
     }
 }
 
-async fn release(leases: &Leases, renewal: Renewal, what: &str) {
+async fn release(leases: &Leases, renewal: Renewal, what: &'static str) {
     match renewal.stop().await {
         Ok(t) => {
             if let Err(e) = leases.release(t).await {
