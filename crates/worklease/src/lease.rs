@@ -112,14 +112,13 @@ impl AcquireOptions {
     /// acquisition refuses while fair waiters are queued. Built from
     /// leases on every store (`T/fair-queue`, `T/fair-waiter/<slot>`,
     /// next to the target `T`; a semaphore's line is next to
-    /// `NAME/permit/line`); a waiter that dies leaves the line within its TTL,
-    /// one that is cancelled or times out at once. Cancel a fair wait
-    /// through [`AcquireOptions::cancel_on`] or
-    /// [`AcquireOptions::wait_timeout`]: dropping its future while a store
-    /// call is in flight may leave its place held until its TTL. Costs a few more round trips than an unfair acquisition,
-    /// and only orders fair acquirers among themselves: an unfair one may
-    /// still take a free lease first. See ADR 0015 for the rules and
-    /// bounds.
+    /// `NAME/permit/line`); a waiter that dies leaves the line within its
+    /// TTL, one that is cancelled, times out or is dropped at once (a
+    /// dropped one lets go in the background: await
+    /// [`Leases::settle`] before the process exits). Costs a few more
+    /// round trips than an unfair acquisition, and only orders fair
+    /// acquirers among themselves: an unfair one may still take a free
+    /// lease first. See ADR 0015 for the rules and bounds.
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
