@@ -211,18 +211,9 @@ impl Drops {
                         .await
                         .map(|t| vec![t]),
                     Kind::Waiting => {
-                        let held = other.acquire(&a, fast()).await.expect("acquire");
                         let let_go = rng.gen_range(Duration::ZERO..=call);
-                        let wait = AcquireOptions::new()
-                            .wait_for_lease()
-                            .poll_interval(Duration::from_millis(1).max(s.round_trip));
-                        let release = async {
-                            tokio::time::sleep(let_go).await;
-                            other.release(held).await.expect("release");
-                        };
-                        let (_, r) =
-                            tokio::join!(release, drop_at(let_go + cut, leases.acquire(&a, wait)));
-                        r.map(|t| vec![t])
+                        let wait = AcquireOptions::new().wait_for_lease();
+                        released_meanwhile(s, &other, leases, &a, wait, let_go, let_go + cut).await
                     }
                     Kind::Any => drop_at(cut, leases.acquire_any([&a, &b], fast()))
                         .await
@@ -244,19 +235,9 @@ impl Drops {
                     }
                     Kind::FairWaiting => {
                         fair_targets.push(a.clone());
-                        let held = other.acquire(&a, fast()).await.expect("acquire");
                         let let_go = rng.gen_range(call..=call * 4);
-                        let wait = fast()
-                            .fair()
-                            .wait_for_lease()
-                            .poll_interval(Duration::from_millis(1).max(s.round_trip));
-                        let release = async {
-                            tokio::time::sleep(let_go).await;
-                            other.release(held).await.expect("release");
-                        };
-                        let (_, r) =
-                            tokio::join!(release, drop_at(cut * 2, leases.acquire(&a, wait)));
-                        r.map(|t| vec![t])
+                        let wait = fast().fair().wait_for_lease();
+                        released_meanwhile(s, &other, leases, &a, wait, let_go, cut * 2).await
                     }
                 };
                 match finished {
@@ -294,6 +275,28 @@ impl Drops {
 /// Runs `acquisition` until it ends or `cut` has passed, then drops it:
 /// `Some` with its tokens when it ended with a grant, `None` when it was
 /// dropped or failed (nothing to release then).
+/// A waiting acquisition of `work_id` with `wait` (polling every round
+/// trip) while `other` holds it, dropped at `cut`; `other` releases it
+/// after `let_go`.
+async fn released_meanwhile(
+    s: &Suite,
+    other: &Leases,
+    leases: &Leases,
+    work_id: &str,
+    wait: AcquireOptions,
+    let_go: Duration,
+    cut: Duration,
+) -> Option<Vec<crate::Token>> {
+    let held = other.acquire(work_id, fast()).await.expect("acquire");
+    let wait = wait.poll_interval(Duration::from_millis(1).max(s.round_trip));
+    let release = async {
+        tokio::time::sleep(let_go).await;
+        other.release(held).await.expect("release");
+    };
+    let (_, r) = tokio::join!(release, drop_at(cut, leases.acquire(work_id, wait)));
+    r.map(|t| vec![t])
+}
+
 async fn drop_at<T>(
     cut: Duration,
     acquisition: impl std::future::Future<Output = crate::Result<T>>,
