@@ -358,6 +358,18 @@ fn handoff(info: &LeaseInfo) -> String {
     }
 }
 
+/// A work or holder ID as a table cell: as it is, or quoted (Rust string
+/// syntax, as the error messages write IDs) where whitespace or a leading
+/// quote would make it look like another ID (`a/permit/line ` beside the
+/// reserved `a/permit/line`) or split the column.
+fn cell(id: &str) -> String {
+    if id.is_empty() || id.starts_with('"') || id.chars().any(char::is_whitespace) {
+        format!("{id:?}")
+    } else {
+        id.to_string()
+    }
+}
+
 /// The leases as an aligned table with a header.
 fn table(leases: &[LeaseInfo], clock: ExpiryClock) -> String {
     let header = [
@@ -372,8 +384,8 @@ fn table(leases: &[LeaseInfo], clock: ExpiryClock) -> String {
         .iter()
         .map(|info| {
             [
-                info.work_id.to_string(),
-                info.holder_id.clone(),
+                cell(info.work_id.as_str()),
+                cell(&info.holder_id),
                 info.fencing_token.to_string(),
                 expires(info, clock),
                 format!("{} B", info.checkpoint_bytes),
@@ -498,6 +510,21 @@ mod tests {
         let col = lines[0].find("HOLDER").unwrap();
         assert_eq!(lines[1].find("host:1"), Some(col), "{t}");
         assert_eq!(lines[2].find("host:1"), Some(col), "{t}");
+    }
+
+    #[test]
+    fn ids_with_whitespace_are_quoted_in_the_table() {
+        let t = table(
+            &[
+                info("a/permit/line ", false, false),
+                info("b c", false, false),
+            ],
+            ExpiryClock::Store,
+        );
+        assert!(t.contains("\"a/permit/line \"  host:1"), "{t}");
+        assert!(t.contains("\"b c\""), "{t}");
+        assert_eq!(cell("jobs/7"), "jobs/7");
+        assert_eq!(cell("\"x"), "\"\\\"x\"");
     }
 
     /// A store that judges expiry by observation (a register, as S3): a

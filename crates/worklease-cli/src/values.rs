@@ -48,7 +48,12 @@ pub fn parse_user_work_id(s: &str) -> Result<WorkId, String> {
 /// An election's name, refused before any store is opened (`elect` would
 /// otherwise create the SQLite file first).
 pub fn parse_election(s: &str) -> Result<WorkId, String> {
-    worklease::election::check_name(s).map_err(|e| e.to_string())
+    // clap already says "invalid value": the limit alone, without the
+    // library's "invalid input: " in front of it.
+    worklease::election::check_name(s).map_err(|e| match e {
+        worklease::Error::Invalid(limit) => limit.to_string(),
+        other => other.to_string(),
+    })
 }
 
 /// A semaphore's permits: 1 to [`worklease::semaphore::MAX_PERMITS`].

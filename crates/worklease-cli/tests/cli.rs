@@ -1073,11 +1073,20 @@ fn work_ids_worklease_keeps_for_itself_are_a_usage_error_before_the_store_is_tou
         ],
         &["run", "--permits", "2", "sched/step-down", "--", "true"],
         &["pool", "--work-ids", "a,jobs/fair-queue", "--", "true"],
+        &["elect", "a/permit/line", "--", "true"],
+        &["elect", "a/step-down", "--", "true"],
     ] {
         let out = w.output(args);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
         assert!(
             stderr(&out).contains("is reserved for"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        // Said once: not clap's "invalid value ...: invalid input: ...".
+        assert_eq!(
+            stderr(&out).matches("invalid").count(),
+            1,
             "{args:?}: {}",
             stderr(&out)
         );

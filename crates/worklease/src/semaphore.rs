@@ -141,6 +141,7 @@ impl Semaphore {
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Token> {
         let n = self.permits();
         let result = if options.is_fair() {
+            self.check_fair_line()?;
             let try_target: crate::fair::TryTarget<'_> = Box::new(move |o| {
                 Box::pin(async move { Ok((self.acquire_unfair(o).await?, None)) })
             });
@@ -183,6 +184,25 @@ impl Semaphore {
     /// lease's, `NAME`'s and `NAME/permit`'s included.
     pub fn line_target(&self) -> String {
         line_target(&self.name)
+    }
+
+    /// A name too long for the fair line's work IDs, refused naming the
+    /// semaphore (the line's own check would name its reserved target).
+    fn check_fair_line(&self) -> Result<()> {
+        let target = self.line_target();
+        let longest = crate::fair::line::Line::longest(&target);
+        if longest <= MAX_WORK_ID_BYTES {
+            return Ok(());
+        }
+        let room = self.name.len() - (longest - MAX_WORK_ID_BYTES);
+        Err(InvalidInput::Config(format!(
+            "semaphore name of {} bytes is too long for fair permits: its line's work IDs \
+             (NAME{LINE_SUFFIX}{}SLOT) are up to {longest} bytes, the limit is \
+             {MAX_WORK_ID_BYTES}; a fair semaphore's name is at most {room} bytes",
+            self.name.len(),
+            crate::fair::WAITER_INFIX,
+        ))
+        .into())
     }
 
     /// Any free permit, tried from a random one on.
@@ -256,6 +276,7 @@ pub fn permit_number(name: &str, work_id: &str) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::store::memory::MemoryStore;
+    use crate::store::LeaseStore;
     use crate::Config;
     use std::time::Duration;
 
@@ -293,6 +314,28 @@ mod tests {
         assert_eq!(permit_number("jobs/db", "jobs/db/permit/01"), None);
         assert_eq!(permit_number("jobs/db", "jobs/dbx/permit/1"), None);
         assert_eq!(permit_number("jobs", "jobs/db/permit/1"), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_name_too_long_for_fair_permits_is_refused_naming_the_semaphore() {
+        let store = Arc::new(MemoryStore::new());
+        let name = "s".repeat(995);
+        let s = Semaphore::new(leases("a", &store), name.clone(), 2).expect("permits fit");
+        let e = s
+            .acquire(AcquireOptions::new().fair())
+            .await
+            .expect_err("the line's work IDs do not fit")
+            .to_string();
+        assert!(e.contains("semaphore name of 995 bytes"), "{e}");
+        assert!(e.contains("is at most 994 bytes"), "{e}");
+        assert!(!e.contains(&name), "the name itself is not repeated: {e}");
+        let written = store.inspect(&[]).await.expect("every lease");
+        assert!(written.is_empty(), "nothing written: {written:?}");
+        let fits = Semaphore::new(leases("a", &store), "s".repeat(994), 2).expect("fits");
+        fits.acquire(AcquireOptions::new().fair())
+            .await
+            .expect("a fair permit of the longest name");
+        s.acquire(AcquireOptions::new()).await.expect("unfair");
     }
 
     #[tokio::test(start_paused = true)]

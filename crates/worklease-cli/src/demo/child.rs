@@ -121,15 +121,8 @@ pub async fn demo_shard(args: DemoShardArgs) -> Result<u8, Failure> {
     state.holder = holder;
     for (index, file) in files.iter().enumerate().skip(state.next) {
         let path = manifest.root.join(file);
-        let text = read_text(&path).ok_or_else(|| {
-            Failure::new(
-                1,
-                format!(
-                    "{}: cannot be read, or is no longer UTF-8 text",
-                    path.display()
-                ),
-            )
-        })?;
+        let text = read_text(&path)
+            .map_err(|why| Failure::new(1, format!("{}: {why}", path.display())))?;
         let counts = Counts::of(&text);
         tokio::time::sleep(args.pace).await;
         state.totals.add(counts);

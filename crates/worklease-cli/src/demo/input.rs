@@ -53,7 +53,7 @@ pub(super) fn collect_text_files(root: &Path) -> Result<(Vec<TextFile>, usize), 
                     }
                 }
                 Ok(kind) if kind.is_file() => match (path.to_str(), read_text(&root.join(&path))) {
-                    (Some(name), Some(text)) => files.push(TextFile {
+                    (Some(name), Ok(text)) => files.push(TextFile {
                         path: name.to_string(),
                         counts: Counts::of(&text),
                     }),

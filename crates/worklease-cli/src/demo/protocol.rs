@@ -42,14 +42,14 @@ impl std::fmt::Display for Counts {
     }
 }
 
-/// The file's text, or `None` when it cannot be read, holds a NUL byte
-/// (binary) or is not UTF-8.
-pub(super) fn read_text(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+/// The file's text, or why it is not text the demo counts: the OS error
+/// when it cannot be read, a NUL byte (binary) or bytes that are not UTF-8.
+pub(super) fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot be read: {e}"))?;
     if bytes.contains(&0) {
-        return None;
+        return Err("holds a NUL byte (binary), no longer text".to_string());
     }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(bytes).map_err(|_| "is no longer UTF-8 text".to_string())
 }
 
 /// What `worklease demo` hands its children: the files of every shard.

@@ -27,10 +27,16 @@ pub(crate) struct Line {
 }
 
 impl Line {
-    pub(crate) fn new(target: &str) -> Result<Self> {
-        let longest = target.len()
+    /// The longest work ID of `target`'s line, in bytes (a waiter's
+    /// with the largest slot).
+    pub(crate) fn longest(target: &str) -> usize {
+        target.len()
             + WAITER_INFIX.len().max(QUEUE_SUFFIX.len())
-            + (MAX_WAITERS - 1).to_string().len();
+            + (MAX_WAITERS - 1).to_string().len()
+    }
+
+    pub(crate) fn new(target: &str) -> Result<Self> {
+        let longest = Self::longest(target);
         if longest > MAX_WORK_ID_BYTES {
             return Err(InvalidInput::Config(format!(
                 "{target:?} is too long for fair waiting: its line's work IDs \
