@@ -5,11 +5,30 @@
 //! elections, pools) refuse them, so that a user's lease never collides
 //! with one of them.
 
-use crate::election::STEP_DOWN_SUFFIX;
 use crate::error::InvalidInput;
-use crate::fair::{QUEUE_SUFFIX, WAITER_INFIX};
 use crate::limits::WorkId;
-use crate::semaphore::LINE_SUFFIX;
+
+// The reserved endings are defined here, below every layer that uses
+// them, and re-exported where users look for them (`fair`, `semaphore`,
+// `election`): the layer that reserves a name and this check share one
+// definition.
+
+/// The suffix of a target's queue lease.
+pub const QUEUE_SUFFIX: &str = "/fair-queue";
+
+/// What follows a target in its waiters' lease work IDs
+/// (`T/fair-waiter/<slot>`).
+pub const WAITER_INFIX: &str = "/fair-waiter/";
+
+/// What follows a semaphore's name in the target of its fair line
+/// (`NAME/permit/line`: the line is `NAME/permit/line/fair-queue` and
+/// `NAME/permit/line/fair-waiter/K`). A work ID ending so is worklease's
+/// own ([`crate::is_internal_work_id`]): no user's lease has the
+/// semaphore's line.
+pub const LINE_SUFFIX: &str = "/permit/line";
+
+/// What follows the election's name in the work ID of its requests.
+pub const STEP_DOWN_SUFFIX: &str = "/step-down";
 
 /// Whether `work_id` names a lease worklease keeps for itself next to a
 /// user's lease, semaphore or election: `T/fair-queue`,

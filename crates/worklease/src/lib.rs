@@ -61,37 +61,41 @@
 // feature says which one enables it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod acquire;
-mod background;
-mod batch;
-#[cfg(feature = "testkit")]
-pub mod conformance;
-pub mod election;
+// The layers, lowest first (docs/architecture.md; `tests/layers.rs`
+// fails when a file names a module of a layer above its own):
+// the foundation (these root files: errors, limits, tokens, the IDs
+// worklease keeps for itself, observation and metrics), `store/` (the
+// contract and the stores), `lease/` (the `Leases` handle and its
+// machinery), `primitives/` (semaphores, elections), `recipes/` (runner,
+// leader, pool, typed checkpoints), `testkit/` (conformance, simulation,
+// fuzzing). The public paths are the modules re-exported below.
 pub mod error;
-pub mod fair;
-mod finish;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzz;
-mod granting;
 mod internal;
-
-pub mod leader;
-mod lease;
 pub mod limits;
 pub mod metrics;
 pub mod observe;
-pub mod pool;
-mod renewal;
-pub mod runner;
-pub mod semaphore;
-mod session;
-#[cfg(feature = "testkit")]
-pub mod sim;
-pub mod store;
 mod token;
+
+pub mod store;
+
+mod lease;
+pub use lease::fair;
+
+mod primitives;
+pub use primitives::{election, semaphore};
+
+mod recipes;
 #[cfg(feature = "serde")]
-pub mod typed;
+pub use recipes::typed;
+pub use recipes::{leader, pool, runner};
+
+#[cfg(any(feature = "testkit", feature = "fuzzing"))]
+mod testkit;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use testkit::fuzz;
+#[cfg(feature = "testkit")]
+pub use testkit::{conformance, sim};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
@@ -103,13 +107,14 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../README.md")]
 pub struct CrateReadmeDoctests;
 
-pub use background::Unsettled;
 pub use error::{Error, InvalidInput, Result, StoreError};
 pub use internal::{is_internal_work_id, user_work_id};
+pub use lease::background::Unsettled;
+pub use lease::renewal::{Renewal, RenewalOptions};
 pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};
-pub use renewal::{Renewal, RenewalOptions};
+#[doc(no_inline)]
 pub use semaphore::Semaphore;
 pub use store::{Checkpoint, Handoff, LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder};
 pub use token::Token;

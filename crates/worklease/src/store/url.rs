@@ -44,7 +44,7 @@ use std::sync::Arc;
 use crate::error::InvalidInput;
 use crate::error::Result;
 use crate::store::memory::MemoryStore;
-use crate::store::url_parts::{split_scheme, url_error};
+use crate::store::url_parts::{split_scheme, starts_with_file_scheme, url_error, URI_REFUSED};
 use crate::store::LeaseStore;
 
 pub use crate::store::url_parts::redact;
@@ -54,21 +54,6 @@ pub use crate::store::url_parts::redact;
 const ACCEPTED: &str = "use sqlite:PATH (for example sqlite:/var/lib/worklease/leases.db), \
      memory:, postgres://..., mysql://..., redis://..., etcd://..., s3://BUCKET/PREFIX, \
      azblob://CONTAINER/PREFIX or dynamodb://TABLE";
-
-/// Why a SQLite path starting with `file:` is refused (by [`parse`] and
-/// by the SQLite store).
-pub(crate) const URI_REFUSED: &str =
-    "SQLite would read a name starting with `file:` as a URI (whose query can \
-     choose an in-memory database, a read-only or immutable open, or another \
-     VFS) and open another file than the one checked: write the plain path, \
-     as sqlite:/path/to/leases.db";
-
-/// Whether SQLite could read `name` as a `file:` URI (checked without
-/// regard to case, as URL schemes are).
-pub(crate) fn starts_with_file_scheme(name: &str) -> bool {
-    name.get(..5)
-        .is_some_and(|head| head.eq_ignore_ascii_case("file:"))
-}
 
 /// A parsed store URL: which store to open, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]

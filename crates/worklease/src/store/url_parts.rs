@@ -1,10 +1,26 @@
 //! What every store URL parser shares with the dispatcher
 //! ([`crate::store::url`]): masking secrets for messages and logs
-//! ([`redact`]), the scheme split and the one error for a malformed URL. A store's own URL
+//! ([`redact`]), the scheme split, the one error for a malformed URL and
+//! the refusal of SQLite's `file:` names. A store's own URL
 //! parsing lives in its folder (`config.rs`) and imports this module,
 //! never the dispatcher.
 
 use crate::error::{Error, InvalidInput};
+
+/// Why a SQLite path starting with `file:` is refused (by the dispatcher
+/// [`crate::store::url::parse`] and by the SQLite store).
+pub(crate) const URI_REFUSED: &str =
+    "SQLite would read a name starting with `file:` as a URI (whose query can \
+     choose an in-memory database, a read-only or immutable open, or another \
+     VFS) and open another file than the one checked: write the plain path, \
+     as sqlite:/path/to/leases.db";
+
+/// Whether SQLite could read `name` as a `file:` URI (checked without
+/// regard to case, as URL schemes are).
+pub(crate) fn starts_with_file_scheme(name: &str) -> bool {
+    name.get(..5)
+        .is_some_and(|head| head.eq_ignore_ascii_case("file:"))
+}
 
 /// The error for a malformed store URL: [`InvalidInput::StoreUrl`] with the
 /// URL [`redact`]ed and `reason` (which must not quote secrets).

@@ -237,10 +237,10 @@ impl SqliteStore {
             )
             .into());
         }
-        if crate::store::url::starts_with_file_scheme(&text) {
+        if crate::store::url_parts::starts_with_file_scheme(&text) {
             return Err(crate::Error::UnsafeStoreFile {
                 path: given.to_path_buf(),
-                reason: crate::store::url::URI_REFUSED.to_string(),
+                reason: crate::store::url_parts::URI_REFUSED.to_string(),
             });
         }
         let checked = perms::prepare(given)?;

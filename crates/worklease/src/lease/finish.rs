@@ -11,8 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::{Error, Result, StoreError};
+use crate::lease::renewal::Renewal;
 use crate::lease::Leases;
-use crate::renewal::Renewal;
 
 /// Ends a held lease: [`FinishGuard::finish`] on the normal path; when the
 /// guard is dropped instead (the holding future was dropped), a release on a

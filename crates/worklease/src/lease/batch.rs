@@ -12,7 +12,7 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use crate::error::{Error, Result, StoreError};
-use crate::granting::{granting, Granted};
+use crate::lease::granting::{granting, Granted};
 use crate::lease::{lease_ref, AcquireOptions, Leases};
 use crate::limits::{check_batch, WorkId};
 use crate::metrics::{self as m, finish_span};

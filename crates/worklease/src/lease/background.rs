@@ -1,6 +1,6 @@
 //! What a [`Leases`] handle still does in the background after its caller
 //! has gone: the store call of a dropped acquisition, the release of the
-//! grant it left ([`crate::granting`]), a fair waiter letting go of its
+//! grant it left ([`crate::lease::granting`]), a fair waiter letting go of its
 //! place ([`crate::fair`]), the release of a dropped runner's or leader's
 //! lease. Each such task is counted from its spawn to its end, so that a
 //! process can wait for them before it exits ([`Leases::settle`]): a

@@ -32,8 +32,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::lease::session::{Command, Start};
 use crate::lease::Leases;
-use crate::session::{Command, Start};
 use crate::token::Token;
 
 /// Options of background renewal.

@@ -96,9 +96,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::lease::renewal::{Renewal, RenewalOptions};
 use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
-use crate::renewal::{Renewal, RenewalOptions};
 use crate::runner::{RunContext, RunError, Runner, DEFAULT_FINISH_TIMEOUT};
 use crate::token::Token;
 

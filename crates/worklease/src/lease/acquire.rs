@@ -8,7 +8,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::granting::granting;
+use crate::lease::granting::granting;
 use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
 use crate::metrics as m;

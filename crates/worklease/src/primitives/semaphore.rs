@@ -61,16 +61,11 @@ use crate::token::Token;
 /// fast) and `status` lists them, so the bound keeps both cheap.
 pub const MAX_PERMITS: usize = 10_000;
 
+pub use crate::internal::LINE_SUFFIX;
+
 /// What separates a semaphore's name from a permit's number in the
 /// permit's work ID (`NAME/permit/K`).
 pub const PERMIT_INFIX: &str = "/permit/";
-
-/// What follows a semaphore's name in the target of its fair line
-/// (`NAME/permit/line`: the line is `NAME/permit/line/fair-queue` and
-/// `NAME/permit/line/fair-waiter/K`). A work ID ending so is worklease's
-/// own ([`crate::is_internal_work_id`]): no user's lease has the
-/// semaphore's line.
-pub const LINE_SUFFIX: &str = "/permit/line";
 
 /// A semaphore of `N` permits over the leases of one handle. Cheap to
 /// clone (the permit IDs are shared).

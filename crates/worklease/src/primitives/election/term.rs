@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::record::Record;
 use super::{Elector, State};
 use crate::error::{Error, Result};
-use crate::granting::Unclaimed;
-use crate::renewal::Renewal;
+use crate::lease::granting::Unclaimed;
+use crate::lease::renewal::Renewal;
 use crate::store::Handoff;
 use crate::token::Token;
 

@@ -547,7 +547,7 @@ pub async fn election_term_ends_when_its_record_cannot_be_written(s: &Suite) {
         matches!(&cause, Some(Error::Store(e)) if e.to_string().contains("checkpoint refused")),
         "cause: {cause:?}"
     );
-    let backoff = crate::renewal::RenewalOptions::new().backoff_initial();
+    let backoff = crate::lease::renewal::RenewalOptions::new().backoff_initial();
     let bound = s.ttl + backoff + s.slack();
     assert!(
         lost_at - campaigned <= bound,

@@ -11,7 +11,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::renewal::RenewalOptions;
+use crate::lease::renewal::RenewalOptions;
 use crate::token::Token;
 use crate::{AcquireOptions, Leases};
 

@@ -12,8 +12,8 @@ use super::record::{check_value, Record};
 use super::term::{Loss, RecordFailure};
 use super::{step_down, Elector, State};
 use crate::error::{Error, Result};
-use crate::finish::finish_within;
-use crate::renewal::Renewal;
+use crate::lease::finish::finish_within;
+use crate::lease::renewal::Renewal;
 use crate::token::Token;
 
 /// The leadership handed to [`Elector::lead`]'s function.

@@ -26,8 +26,7 @@ use crate::lease::{AcquireOptions, Config, Leases};
 use crate::limits::{WorkId, MAX_WORK_ID_BYTES};
 use crate::store::LeaseStore;
 
-/// What follows the election's name in the work ID of its requests.
-pub const STEP_DOWN_SUFFIX: &str = "/step-down";
+pub use crate::internal::STEP_DOWN_SUFFIX;
 
 /// The TTL of a request's lease: how long a requester that died between
 /// its acquisition and its release delays the next request.

@@ -1,6 +1,15 @@
 //! Acquire, renew, checkpoint, read, release: the lease API of the Go
 //! `worklease` package, over any [`LeaseStore`].
 
+pub(crate) mod acquire;
+pub(crate) mod background;
+pub(crate) mod batch;
+pub mod fair;
+pub(crate) mod finish;
+pub(crate) mod granting;
+pub(crate) mod renewal;
+pub(crate) mod session;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,14 +20,14 @@ use tracing::field::Empty;
 use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
+use crate::lease::renewal::{Renewal, RenewalOptions};
+use crate::lease::session::SessionHandle;
 use crate::limits::{check_checkpoint, check_ttl, HolderId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{
     CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
     ReleaseEvent, RenewEvent,
 };
-use crate::renewal::{Renewal, RenewalOptions};
-use crate::session::SessionHandle;
 use crate::store::{Checkpoint, Handoff, LeaseRef, LeaseStore};
 use crate::token::Token;
 
@@ -164,11 +173,11 @@ pub(crate) struct Inner {
     pub(crate) session: SessionHandle,
     /// Everything this handle and its clones run in the background
     /// ([`Leases::settle`] waits for it).
-    pub(crate) background: crate::background::Pending,
+    pub(crate) background: crate::lease::background::Pending,
     /// Of those, the places in fair lines being let go of (a fair
     /// acquisition waits for them first: otherwise it would find its own
     /// old place still in the line, ahead of it).
-    pub(crate) letting_go: crate::background::Pending,
+    pub(crate) letting_go: crate::lease::background::Pending,
 }
 
 /// A holder's handle on a store: acquires, renews, checkpoints and releases
@@ -227,8 +236,8 @@ impl Leases {
                 margin,
                 observer: config.observer,
                 session: SessionHandle::default(),
-                background: crate::background::Pending::default(),
-                letting_go: crate::background::Pending::default(),
+                background: crate::lease::background::Pending::default(),
+                letting_go: crate::lease::background::Pending::default(),
             }),
         })
     }

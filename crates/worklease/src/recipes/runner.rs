@@ -32,9 +32,9 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::finish::FinishGuard;
+use crate::lease::finish::FinishGuard;
+use crate::lease::renewal::{Renewal, RenewalOptions};
 use crate::lease::{AcquireOptions, Leases};
-use crate::renewal::{Renewal, RenewalOptions};
 use crate::store::Checkpoint;
 use crate::token::Token;
 

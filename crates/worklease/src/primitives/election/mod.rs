@@ -53,11 +53,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::{Error, InvalidInput, Result};
-use crate::finish::FinishGuard;
+use crate::lease::finish::FinishGuard;
+use crate::lease::renewal::RenewalOptions;
 use crate::lease::{AcquireOptions, Config, Leases};
 use crate::limits::WorkId;
 use crate::metrics::{finish_span, LeaderGauge};
-use crate::renewal::RenewalOptions;
 use crate::store::LeaseStore;
 use crate::token::Token;
 

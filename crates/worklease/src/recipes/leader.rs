@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::election::{Elector, Leadership, State, SystemClock};
 use crate::error::Error;
+use crate::lease::renewal::RenewalOptions;
 use crate::lease::{Leases, DEFAULT_POLL_INTERVAL};
-use crate::renewal::RenewalOptions;
 use crate::runner::{RunError, DEFAULT_FINISH_TIMEOUT};
 
 type StateCallback = Arc<dyn Fn(&State) + Send + Sync>;

@@ -13,9 +13,9 @@ use super::record::Record;
 use super::step_down;
 use super::{Elector, Event, EventKind, State, Term};
 use crate::error::Error;
-use crate::finish::release_within;
+use crate::lease::finish::release_within;
+use crate::lease::renewal::Renewal;
 use crate::metrics::LeaderGauge;
-use crate::renewal::Renewal;
 
 async fn campaign_loop(elector: Elector, tx: mpsc::Sender<Event>, stop: CancellationToken) {
     loop {

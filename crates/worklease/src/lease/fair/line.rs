@@ -4,17 +4,12 @@
 use bytes::Bytes;
 
 use crate::error::{InvalidInput, Result};
+use crate::lease::renewal::Renewal;
 use crate::lease::Leases;
 use crate::limits::{WorkId, MAX_WORK_ID_BYTES};
-use crate::renewal::Renewal;
 use crate::token::Token;
 
-/// The suffix of a target's queue lease.
-pub const QUEUE_SUFFIX: &str = "/fair-queue";
-
-/// What follows a target in its waiters' lease work IDs
-/// (`T/fair-waiter/<slot>`).
-pub const WAITER_INFIX: &str = "/fair-waiter/";
+pub use crate::internal::{QUEUE_SUFFIX, WAITER_INFIX};
 
 /// The most waiters one line holds at once (a slot number has at most 5
 /// digits; the record of a full line is about 1 MiB, the checkpoint limit).

@@ -45,8 +45,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::lease::renewal::{RenewalOptions, Shared};
 use crate::lease::{Inner, Leases};
-use crate::renewal::{RenewalOptions, Shared};
 use crate::token::Token;
 
 /// How many batch renewals of one session are in flight at once.

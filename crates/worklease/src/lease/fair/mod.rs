@@ -46,10 +46,10 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::acquire::{WaitEnd, Woken};
 use crate::error::{Error, Result};
+use crate::lease::acquire::{WaitEnd, Woken};
+use crate::lease::renewal::RenewalOptions;
 use crate::lease::{AcquireOptions, Leases};
-use crate::renewal::RenewalOptions;
 use crate::store::{Handoff, LeaseInfo, LeaseStore};
 use crate::token::Token;
 
@@ -337,7 +337,7 @@ impl Leases {
                 .iter()
                 .find(|i| i.work_id == id)
                 .and_then(|i| i.expires_in);
-            all = match crate::acquire::nap(options, expires_in, watches, give_up_at).await {
+            all = match crate::lease::acquire::nap(options, expires_in, watches, give_up_at).await {
                 // Most likely it left: look at everyone at once.
                 Ok(Woken::Notified) => true,
                 Ok(Woken::Slept) => false,
