@@ -310,7 +310,7 @@ pub enum Error {
 impl Error {
     /// [`Error::Fenced`] for `lease`: another acquisition replaced it, it
     /// was revoked, or it never existed. For stores (S3 of the contract).
-    pub fn fenced(lease: crate::store::LeaseRef<'_>) -> Self {
+    pub fn fenced(lease: crate::token::LeaseRef<'_>) -> Self {
         Error::Fenced {
             work_id: lease.work_id.to_string(),
             holder_id: lease.holder_id.to_string(),
@@ -321,7 +321,7 @@ impl Error {
     /// [`Error::Expired`] for `lease`: it is the current acquisition but
     /// expired or was released, and nobody has taken it since. For stores
     /// (S3 of the contract).
-    pub fn expired(lease: crate::store::LeaseRef<'_>) -> Self {
+    pub fn expired(lease: crate::token::LeaseRef<'_>) -> Self {
         Error::Expired {
             work_id: lease.work_id.to_string(),
             holder_id: lease.holder_id.to_string(),

@@ -10,6 +10,18 @@ use tokio::time::Instant;
 use crate::error::InvalidInput;
 use crate::limits::{ceil_millis, check_ttl, HolderId, WorkId};
 
+/// The lease a renew, checkpoint, read or release names: the token's
+/// identity without its times.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRef<'a> {
+    /// The work ID.
+    pub work_id: &'a WorkId,
+    /// The holder that acquired the lease.
+    pub holder_id: &'a HolderId,
+    /// The fencing token of that acquisition.
+    pub fencing_token: u64,
+}
+
 /// Characters escaped in the text form: the separators `;` and `=`, `%`
 /// itself, spaces and everything outside ASCII printable range.
 const TEXT_ESCAPE: &AsciiSet = &CONTROLS.add(b' ').add(b';').add(b'=').add(b'%');

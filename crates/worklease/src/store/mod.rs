@@ -61,6 +61,8 @@ pub(crate) mod record;
 pub mod redis;
 pub mod register;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_config;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -69,17 +71,9 @@ pub(crate) mod tls_files;
 pub mod url;
 pub(crate) mod url_parts;
 
-/// The lease a renew, checkpoint, read or release names: the token's
-/// identity without its times.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseRef<'a> {
-    /// The work ID.
-    pub work_id: &'a WorkId,
-    /// The holder that acquired the lease.
-    pub holder_id: &'a HolderId,
-    /// The fencing token of that acquisition.
-    pub fencing_token: u64,
-}
+// Defined with the token, below the store layer (errors name the lease
+// they refuse), and part of the store contract.
+pub use crate::token::LeaseRef;
 
 /// How a previous holder's lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
