@@ -55,12 +55,12 @@ use tracing::Instrument;
 use crate::error::{Error, InvalidInput, Result};
 use crate::lease::finish::FinishGuard;
 use crate::lease::renewal::RenewalOptions;
-use crate::lease::{AcquireOptions, Config, Leases};
+use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
 use crate::metrics::{finish_span, LeaderGauge};
-use crate::store::LeaseStore;
 use crate::token::Token;
 
+mod builder;
 mod campaign;
 mod leadership;
 mod observe;
@@ -68,10 +68,11 @@ pub(crate) mod record;
 mod step_down;
 mod term;
 
+pub use builder::ElectorBuilder;
 pub use campaign::Campaign;
 pub use leadership::Leadership;
 pub use observe::{observe, Observations, DEFAULT_OBSERVE_INTERVAL};
-use record::{check_value, Record};
+use record::Record;
 pub use step_down::{check_name, request_step_down, REQUEST_TTL, STEP_DOWN_SUFFIX};
 use term::Term;
 
@@ -190,132 +191,6 @@ pub struct Event {
     pub error: Option<Error>,
 }
 
-/// Settings of an [`Elector`], checked by [`ElectorBuilder::build`].
-pub struct ElectorBuilder {
-    store: Arc<dyn LeaseStore>,
-    election: String,
-    owner: String,
-    ttl: Duration,
-    renew_interval: Option<Duration>,
-    poll_interval: Duration,
-    release_timeout: Duration,
-    clock: Arc<dyn Clock>,
-    value: Option<Bytes>,
-    resign_backoff: Option<Duration>,
-    priority: Option<i32>,
-}
-
-impl ElectorBuilder {
-    /// The lease TTL of the leadership; default 15 s.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// How often the leader renews; default TTL/3. Must be shorter than
-    /// TTL − safety margin (TTL/10), so that a failed renewal has time for
-    /// retries.
-    pub fn renew_interval(mut self, interval: Duration) -> Self {
-        self.renew_interval = Some(interval);
-        self
-    }
-
-    /// How often a candidate retries to lead; default 2 s; must be at least
-    /// 1 ms. A release wakes candidates at once where the store notifies.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// How long a release may take when leadership ends; default 5 s; must
-    /// be at least 1 ms.
-    pub fn release_timeout(mut self, timeout: Duration) -> Self {
-        self.release_timeout = timeout;
-        self
-    }
-
-    /// The wall clock for [`State`]; default [`SystemClock`].
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// How long [`Elector::run`] waits, after its leader stepped down on a
-    /// request ([`request_step_down`]), before it campaigns again, so that
-    /// a standby takes over first; default one TTL. [`Elector::lead`]
-    /// returns instead: its caller decides when to campaign again.
-    ///
-    /// On a step-down request, `run()` reports `Lost` (cause
-    /// [`Error::Resigned`]) and releases right after: its consumer must
-    /// stop at `Lost`. `lead()` releases only once its function returned,
-    /// so nobody else leads while the work is still stopping.
-    pub fn resign_backoff(mut self, backoff: Duration) -> Self {
-        self.resign_backoff = Some(backoff);
-        self
-    }
-
-    /// This candidate's priority (Kubernetes coordinated leader election,
-    /// a preferred candidate): while it waits, it watches the leader
-    /// ([`Elector::observe`]) and asks one of a lower priority to step
-    /// down ([`request_step_down`]), once per term; equal priorities never
-    /// ask, so leadership never swings between them. A leader asked to
-    /// step down releases only after its lost signal fired (no overlap),
-    /// and backs off before campaigning again ([`Self::resign_backoff`]),
-    /// so the preferred candidate usually leads next; when another standby
-    /// wins the race, it is asked in turn. Default: none (0 in the
-    /// record, and no watching while waiting, which costs a read per poll
-    /// interval).
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = Some(priority);
-        self
-    }
-
-    /// A value this candidate publishes while it leads (etcd `Proclaim`):
-    /// its address, say, so that followers forward to it. Observers
-    /// ([`Elector::leader`], [`Elector::observe`]) read it with the leader;
-    /// it is written with the record at the start of each term, and
-    /// [`Leadership::publish`] changes it during a term. Default: none. At
-    /// most [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`] (4 KiB), checked by
-    /// [`ElectorBuilder::build`].
-    pub fn publish(mut self, value: impl Into<Bytes>) -> Self {
-        self.value = Some(value.into());
-        self
-    }
-
-    /// Checks the settings (like client-go's leader election: each rule
-    /// that breaks is named) and builds the elector.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a bad election name (a work ID), owner (a
-    /// holder ID) or TTL, a renew interval not shorter than TTL − safety
-    /// margin, a poll interval or release timeout under 1 ms, or a
-    /// published value over [`crate::limits::MAX_PUBLISHED_VALUE_BYTES`].
-    pub fn build(self) -> Result<Elector> {
-        if let Some(v) = &self.value {
-            check_value(v)?;
-        }
-        let leases = Leases::new(self.store, Config::new(self.owner, self.ttl))?;
-        let renewal = match self.renew_interval {
-            Some(i) => RenewalOptions::new().interval(i),
-            None => RenewalOptions::new(),
-        };
-        let mut elector = Elector::from_leases(
-            leases,
-            self.election,
-            renewal,
-            self.poll_interval,
-            self.release_timeout,
-            self.clock,
-        )?;
-        if let Some(inner) = Arc::get_mut(&mut elector.inner) {
-            *inner.value.get_mut().unwrap_or_else(|p| p.into_inner()) = self.value;
-            inner.resign_backoff = self.resign_backoff;
-            inner.priority = self.priority;
-        }
-        Ok(elector)
-    }
-}
-
 impl Elector {
     /// An elector on an existing [`Leases`] handle (its holder, TTL,
     /// safety margin and observer); checked as [`ElectorBuilder::build`].
@@ -410,29 +285,6 @@ pub struct Elector {
 }
 
 impl Elector {
-    /// A candidate `owner` in `election` on `store`, with defaults: TTL
-    /// 15 s, renew interval TTL/3, poll interval 2 s, release timeout 5 s,
-    /// [`SystemClock`].
-    pub fn builder(
-        store: Arc<dyn LeaseStore>,
-        election: impl Into<String>,
-        owner: impl Into<String>,
-    ) -> ElectorBuilder {
-        ElectorBuilder {
-            store,
-            election: election.into(),
-            owner: owner.into(),
-            ttl: Duration::from_secs(15),
-            renew_interval: None,
-            poll_interval: crate::lease::DEFAULT_POLL_INTERVAL,
-            release_timeout: Duration::from_secs(5),
-            clock: Arc::new(SystemClock),
-            value: None,
-            resign_backoff: None,
-            priority: None,
-        }
-    }
-
     /// The election's name (its work ID).
     pub fn election(&self) -> &WorkId {
         &self.inner.election
