@@ -1,5 +1,9 @@
 //! # `worklease`: run commands under distributed work leases
 //!
+//! Over 600 lines: the clap definitions of every subcommand (about 490
+//! lines; their long help texts are in help.rs), then logging set-up and
+//! dispatch; clap derives the command tree from the definitions together.
+//!
 //! Like `flock` for a fleet: `worklease run WORK_ID -- CMD` runs CMD only
 //! while this process holds the lease on WORK_ID in a shared store, so a
 //! cron job or batch step runs in one process at a time (on one host with

@@ -3,6 +3,10 @@
 //! to one upstream server (a PostgreSQL or Redis server), and injects, at
 //! run time, the network faults a store client must survive.
 //!
+//! Over 600 lines with its unit tests: the proxy itself is the first 530,
+//! and its tests (each fault through a real proxy to a loopback echo
+//! server) stay beside it.
+//!
 //! Point a store at [`FaultProxy::local_addr`] instead of the server; the
 //! proxy connects to the upstream once per accepted connection and copies
 //! bytes both ways. The faults:

@@ -1,5 +1,9 @@
 //! Choosing a store from a URL, and showing URLs without their secrets.
 //!
+//! Over 600 lines with its unit tests: the dispatcher is the first 500, and
+//! the tests of every scheme's parsing (one table of URLs and verdicts)
+//! stay beside it.
+//!
 //! | URL | store |
 //! |---|---|
 //! | `sqlite:PATH` or `sqlite://PATH` | the embedded SQLite store ([`crate::store::sqlite::SqliteStore`], feature `sqlite`) in the file PATH; missing parent directories are created |

@@ -1,4 +1,8 @@
 //! Lease checks: S1–S5, L1, bad input, renewal under faults, stress.
+//!
+//! Over 600 lines: one check per property of the lease contract (S1 to S5,
+//! L1, bad input, renewal under faults), each a page, in the order the
+//! contract lists them.
 
 use std::sync::Arc;
 use std::time::Duration;

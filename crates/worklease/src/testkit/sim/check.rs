@@ -1,5 +1,9 @@
 //! The checker: S1–S5 over a finished run's history.
 //!
+//! Over 600 lines: the five rules read one index of the run's grants built
+//! here, and each is a page of its own; split into files, each would need
+//! that index's internals.
+//!
 //! Two views are used. S1 is about beliefs (what holders would act on),
 //! judged in simulated time. S2–S5 are about the store's answers, taken
 //! from each holder's link right above the store: the store's own answer is
