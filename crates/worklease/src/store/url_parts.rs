@@ -32,6 +32,121 @@ pub(crate) fn url_error(url: &str, reason: impl Into<String>) -> Error {
     .into()
 }
 
+/// The one parser of store URL query parameters ([`query::QueryParams`]),
+/// for every store with parameters (SQLite has none).
+#[cfg(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "object-store",
+    feature = "dynamodb",
+    feature = "postgres",
+    feature = "mysql"
+))]
+pub(crate) mod query {
+    /// The query parameters of a store URL, each given once: the store takes
+    /// the ones it reads by name ([`QueryParams::take`]) and passes the rest on
+    /// to its client library (the SQL stores) or has them refused up front
+    /// ([`QueryParams::parse`]). A parameter given twice is always refused:
+    /// "last one wins" would let a copy-paste slip put two fleets under two
+    /// prefixes or on two tables.
+    pub(crate) struct QueryParams<V> {
+        /// The parameters not taken yet, in the order given: name and value.
+        given: Vec<(String, V)>,
+        /// The setting a name stands for: two spellings of one setting are
+        /// one parameter (MySQL's `ssl-mode` and `ssl_mode`).
+        setting: fn(&str) -> String,
+    }
+
+    impl<V> QueryParams<V> {
+        /// The parameters `pairs` (name, value; decoded as the store's URL
+        /// syntax wants), each one of `known`.
+        ///
+        /// # Errors
+        /// The reason, for a URL error: a parameter given twice, or one not in
+        /// `known` (the reason lists `known`).
+        #[cfg(any(
+            feature = "redis",
+            feature = "etcd",
+            feature = "object-store",
+            feature = "dynamodb"
+        ))]
+        pub(crate) fn parse<K: Into<String>>(
+            pairs: impl IntoIterator<Item = (K, V)>,
+            known: &[&str],
+        ) -> std::result::Result<Self, String> {
+            let params = Self::once_each(pairs, str::to_owned)?;
+            match params
+                .given
+                .iter()
+                .find(|(name, _)| !known.contains(&name.as_str()))
+            {
+                Some((name, _)) => Err(format!(
+                    "unknown parameter {name:?}: the accepted ones are {}",
+                    known.join(", ")
+                )),
+                None => Ok(params),
+            }
+        }
+
+        /// The parameters `pairs`, any names, for a store that passes the ones
+        /// it does not read on to its client library; `setting` maps a name to
+        /// the setting it stands for.
+        ///
+        /// # Errors
+        /// The reason, for a URL error: a setting given twice.
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        pub(crate) fn passing_on<K: Into<String>>(
+            pairs: impl IntoIterator<Item = (K, V)>,
+            setting: fn(&str) -> String,
+        ) -> std::result::Result<Self, String> {
+            Self::once_each(pairs, setting)
+        }
+
+        /// `pairs` with no setting given twice.
+        fn once_each<K: Into<String>>(
+            pairs: impl IntoIterator<Item = (K, V)>,
+            setting: fn(&str) -> String,
+        ) -> std::result::Result<Self, String> {
+            let mut params = Self {
+                given: Vec::new(),
+                setting,
+            };
+            for (name, value) in pairs {
+                let name = name.into();
+                if params.position(&name).is_some() {
+                    return Err(format!("the parameter {name:?} appears twice"));
+                }
+                params.given.push((name, value));
+            }
+            Ok(params)
+        }
+
+        /// Where the parameter for the setting `name` stands.
+        fn position(&self, name: &str) -> Option<usize> {
+            let setting = (self.setting)(name);
+            self.given
+                .iter()
+                .position(|(given, _)| (self.setting)(given) == setting)
+        }
+
+        /// The value of the parameter `name` (or another spelling of its
+        /// setting), taken out; `None` when the URL does not give it.
+        pub(crate) fn take(&mut self, name: &str) -> Option<V> {
+            self.position(name).map(|i| self.given.remove(i).1)
+        }
+    }
+
+    /// The parameters not taken, in the order given.
+    impl<V> IntoIterator for QueryParams<V> {
+        type Item = (String, V);
+        type IntoIter = std::vec::IntoIter<(String, V)>;
+
+        fn into_iter(self) -> Self::IntoIter {
+            self.given.into_iter()
+        }
+    }
+}
+
 /// `url` [`redact`]ed, with its `endpoint` query parameter decoded and
 /// redacted on its own: a percent-encoded
 /// `http%3A%2F%2Fuser%3Asecret%40host` would otherwise pass [`redact`]
@@ -72,38 +187,119 @@ fn mask_user(url: &str) -> String {
     }
 }
 
-/// Why `endpoint` cannot be the server of an AWS-style store (S3,
-/// DynamoDB), or `None`: it must be an `http://` or `https://` URL with a
-/// host and without user info (`user:secret@`: credentials never go in a
-/// URL, and the HTTP clients show an endpoint in their errors). `advice`
-/// says where the store's credentials come from instead.
+/// What a URL naming a cloud resource (an S3 bucket, an Azure container,
+/// a DynamoDB table) looks like, for the refusals of
+/// [`parse_resource_url`].
 #[cfg(any(feature = "object-store", feature = "dynamodb"))]
-pub(crate) fn check_endpoint(endpoint: &str, advice: &str) -> Option<String> {
+pub(crate) struct ResourceUrl {
+    /// The scheme, lower-case (`s3`).
+    pub(crate) scheme: &'static str,
+    /// The store's name, as in "the S3 store".
+    pub(crate) store: &'static str,
+    /// How the URL is written (`s3://BUCKET/PREFIX?...`).
+    pub(crate) usage: &'static str,
+    /// Where the store's credentials come from, since never from a URL.
+    pub(crate) credentials: &'static str,
+    /// Why a port is refused: the URL names a resource, not a server.
+    pub(crate) no_server: &'static str,
+    /// The refusal of a `#fragment` ("an s3:// URL takes no #fragment").
+    pub(crate) no_fragment: &'static str,
+}
+
+/// `url` parsed as a [`ResourceUrl`] of `shape`: its scheme, no user info
+/// (credentials never go in a URL), no port, no fragment.
+///
+/// # Errors
+/// [`InvalidInput::StoreUrl`] (by [`resource_url_error`]) saying which.
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn parse_resource_url(url: &str, shape: &ResourceUrl) -> crate::Result<url::Url> {
+    let parsed = url::Url::parse(url).map_err(|e| {
+        resource_url_error(url, format!("not a valid URL ({e}): write {}", shape.usage))
+    })?;
+    let refusal = if parsed.scheme() != shape.scheme {
+        format!(
+            "the {} store takes {}:// URLs, not {}://",
+            shape.store,
+            shape.scheme,
+            parsed.scheme()
+        )
+    } else if !parsed.username().is_empty() || parsed.password().is_some() {
+        format!("credentials do not go in the URL: {}", shape.credentials)
+    } else if parsed.port().is_some() {
+        shape.no_server.to_string()
+    } else if parsed.fragment().is_some() {
+        shape.no_fragment.to_string()
+    } else {
+        return Ok(parsed);
+    };
+    Err(resource_url_error(url, refusal))
+}
+
+/// The error for a malformed [`ResourceUrl`]: as [`url_error`], the URL
+/// redacted by [`redact_with_endpoint`].
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn resource_url_error(url: &str, reason: impl Into<String>) -> Error {
+    InvalidInput::StoreUrl {
+        url: redact_with_endpoint(url),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// A setter's refusal ([`InvalidInput::Config`]) as the refusal of the
+/// [`ResourceUrl`] `url` that set it (the reason kept).
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn setting_error(url: &str, e: Error) -> Error {
+    match e {
+        Error::Invalid(InvalidInput::Config(reason)) => resource_url_error(url, reason),
+        other => resource_url_error(url, other.to_string()),
+    }
+}
+
+/// `endpoint`, checked to be the server of an AWS-style store (S3,
+/// DynamoDB, Azure Blob): an `http://` or `https://` URL with a host and
+/// without user info (`user:secret@`: credentials never go in a URL, and
+/// the HTTP clients show an endpoint in their errors). `credentials` says
+/// where the store's credentials come from instead.
+///
+/// # Errors
+/// [`InvalidInput::Config`] saying why not.
+#[cfg(any(feature = "object-store", feature = "dynamodb"))]
+pub(crate) fn checked_endpoint(endpoint: &str, credentials: &str) -> crate::Result<String> {
     let parsed = url::Url::parse(endpoint).ok();
     let ok = parsed
         .as_ref()
         .is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
     if !ok {
-        return Some(format!(
+        return Err(InvalidInput::Config(format!(
             "endpoint {:?} is not an http:// or https:// URL with a host",
             redact(endpoint)
-        ));
+        ))
+        .into());
     }
     if parsed.is_some_and(|u| !u.username().is_empty() || u.password().is_some()) {
-        return Some(format!(
-            "endpoint {:?} carries credentials: they do not go in the URL; {advice}",
+        return Err(InvalidInput::Config(format!(
+            "endpoint {:?} carries credentials: they do not go in the URL; {credentials}",
             redact(endpoint)
-        ));
+        ))
+        .into());
     }
-    None
+    Ok(endpoint.to_string())
 }
 
-/// Why `region` cannot be an AWS region name, or `None`: empty, or with
-/// spaces or control characters.
+/// `region`, checked to be an AWS region name: not empty, no spaces or
+/// control characters.
+///
+/// # Errors
+/// [`InvalidInput::Config`] saying why not.
 #[cfg(any(feature = "object-store", feature = "dynamodb"))]
-pub(crate) fn check_region(region: &str) -> Option<String> {
-    (region.is_empty() || region.chars().any(|c| c.is_control() || c.is_whitespace()))
-        .then(|| format!("region {region:?} is empty or has spaces"))
+pub(crate) fn checked_region(region: &str) -> crate::Result<String> {
+    if region.is_empty() || region.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(
+            InvalidInput::Config(format!("region {region:?} is empty or has spaces")).into(),
+        );
+    }
+    Ok(region.to_string())
 }
 
 /// The scheme of `url` (the text before the first `:`, lower-cased) and the
@@ -321,6 +517,37 @@ fn redact_query(tail: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(any(
+        feature = "redis",
+        feature = "etcd",
+        feature = "object-store",
+        feature = "dynamodb"
+    ))]
+    #[test]
+    fn query_params_are_known_and_given_once() {
+        use super::query::QueryParams;
+        let known = ["prefix", "region"];
+        let mut params = QueryParams::parse([("region", 1), ("prefix", 2)], &known).unwrap();
+        assert_eq!(
+            (params.take("prefix"), params.take("prefix")),
+            (Some(2), None)
+        );
+        assert_eq!(
+            params.into_iter().collect::<Vec<_>>(),
+            [("region".into(), 1)]
+        );
+        let twice = QueryParams::parse([("prefix", 1), ("prefix", 2)], &known);
+        assert_eq!(
+            twice.err().unwrap(),
+            "the parameter \"prefix\" appears twice"
+        );
+        let unknown = QueryParams::parse([("prefx", 1)], &known);
+        assert_eq!(
+            unknown.err().unwrap(),
+            "unknown parameter \"prefx\": the accepted ones are prefix, region"
+        );
+    }
 
     #[test]
     fn redact_masks_passwords() {

@@ -7,10 +7,28 @@ use super::keys::{check_prefix, check_table};
 use super::{DynamoLeaseStore, DynamoRegister, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::{InvalidInput, Result};
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::{check_endpoint, check_region, redact_with_endpoint};
+use crate::store::url_parts::query::QueryParams;
+use crate::store::url_parts::{
+    checked_endpoint, checked_region, parse_resource_url, resource_url_error, setting_error,
+    ResourceUrl,
+};
 
 /// The URL parameters the DynamoDB store reads.
 const PARAMS: &[&str] = &["region", "endpoint", "prefix", "create"];
+/// Where the DynamoDB store's credentials come from (never from a URL).
+const CREDENTIALS: &str = "they come from the standard AWS sources (AWS_ACCESS_KEY_ID and \
+    AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a web identity, ECS or EC2 roles)";
+/// The `dynamodb://` URL, for its refusals.
+const DYNAMODB_URL: ResourceUrl = ResourceUrl {
+    scheme: "dynamodb",
+    store: "DynamoDB",
+    usage: "dynamodb://TABLE?region=REGION",
+    credentials: CREDENTIALS,
+    // A path is refused with the same words.
+    no_server: "the URL names a table, not a server or a path: give the server as \
+                ?endpoint=http://HOST:PORT and the key prefix as ?prefix=P",
+    no_fragment: "a dynamodb:// URL takes no #fragment",
+};
 
 /// The DynamoDB store's settings, from a `dynamodb://` URL or by hand;
 /// credentials always come from the standard AWS sources (module docs,
@@ -23,22 +41,6 @@ pub struct DynamoConfig {
     pub(super) region: Option<String>,
     pub(super) create: bool,
     pub(super) request_timeout: Duration,
-}
-
-fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
-    InvalidInput::StoreUrl {
-        url: redact_with_endpoint(url),
-        reason: reason.into(),
-    }
-    .into()
-}
-
-/// The reason of an [`InvalidInput::Config`], for a URL error.
-fn reason_of(e: crate::Error) -> String {
-    match e {
-        crate::Error::Invalid(InvalidInput::Config(reason)) => reason,
-        other => other.to_string(),
-    }
 }
 
 impl DynamoConfig {
@@ -75,51 +77,21 @@ impl DynamoConfig {
     /// parameter.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = url.trim();
-        let parsed = url::Url::parse(url).map_err(|e| {
-            url_error(
-                url,
-                format!("not a valid URL ({e}): write dynamodb://TABLE?region=REGION"),
-            )
-        })?;
-        if parsed.scheme() != "dynamodb" {
-            return Err(url_error(
-                url,
-                format!(
-                    "the DynamoDB store takes dynamodb:// URLs, not {}://",
-                    parsed.scheme()
-                ),
-            ));
+        let parsed = parse_resource_url(url, &DYNAMODB_URL)?;
+        if !matches!(parsed.path(), "" | "/") {
+            return Err(resource_url_error(url, DYNAMODB_URL.no_server));
         }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(url_error(
-                url,
-                "credentials do not go in the URL: they come from the standard AWS sources \
-                 (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a web identity, \
-                 ECS or EC2 roles)",
-            ));
-        }
-        if parsed.port().is_some() || !matches!(parsed.path(), "" | "/") {
-            return Err(url_error(
-                url,
-                "the URL names a table, not a server or a path: give the server as \
-                 ?endpoint=http://HOST:PORT and the key prefix as ?prefix=P",
-            ));
-        }
-        let mut config = Self::new(parsed.host_str().unwrap_or_default())
-            .map_err(|e| url_error(url, reason_of(e)))?;
-        let mut seen = std::collections::HashSet::new();
-        for (key, value) in parsed.query_pairs() {
-            if !seen.insert(key.clone().into_owned()) {
-                return Err(url_error(
-                    url,
-                    format!("the parameter {key:?} appears twice"),
-                ));
-            }
-            let set = match key.as_ref() {
+        let mut config =
+            Self::new(parsed.host_str().unwrap_or_default()).map_err(|e| setting_error(url, e))?;
+        let params = QueryParams::parse(parsed.query_pairs(), PARAMS)
+            .map_err(|r| resource_url_error(url, r))?;
+        for (name, value) in params {
+            config = match name.as_str() {
                 "region" => config.region(&value),
                 "endpoint" => config.endpoint(&value),
-                "prefix" => config.prefix(value.as_ref()),
-                "create" => match value.as_ref() {
+                "prefix" => config.prefix(value),
+                // The one left of PARAMS: `create`.
+                _ => match value.as_ref() {
                     "true" => Ok(config.create(true)),
                     "false" => Ok(config.create(false)),
                     other => Err(InvalidInput::Config(format!(
@@ -127,20 +99,8 @@ impl DynamoConfig {
                     ))
                     .into()),
                 },
-                other => {
-                    return Err(url_error(
-                        url,
-                        format!(
-                            "unknown parameter {other:?}: the accepted ones are {}",
-                            PARAMS.join(", ")
-                        ),
-                    ))
-                }
-            };
-            config = set.map_err(|e| url_error(url, reason_of(e)))?;
-        }
-        if parsed.fragment().is_some() {
-            return Err(url_error(url, "a dynamodb:// URL takes no #fragment"));
+            }
+            .map_err(|e| setting_error(url, e))?;
         }
         Ok(config)
     }
@@ -169,12 +129,7 @@ impl DynamoConfig {
     /// `https://` URL with a host, or carries user info (`user:secret@`):
     /// credentials never go in a URL.
     pub fn endpoint(mut self, endpoint: &str) -> Result<Self> {
-        let advice = "they come from the standard AWS sources (AWS_ACCESS_KEY_ID and \
-                      AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ...)";
-        if let Some(reason) = check_endpoint(endpoint, advice) {
-            return Err(InvalidInput::Config(reason).into());
-        }
-        self.endpoint = Some(endpoint.to_string());
+        self.endpoint = Some(checked_endpoint(endpoint, CREDENTIALS)?);
         Ok(self)
     }
 
@@ -184,10 +139,7 @@ impl DynamoConfig {
     /// # Errors
     /// [`InvalidInput::Config`] for an empty region or one with spaces.
     pub fn region(mut self, region: &str) -> Result<Self> {
-        if let Some(reason) = check_region(region) {
-            return Err(InvalidInput::Config(reason).into());
-        }
-        self.region = Some(region.to_string());
+        self.region = Some(checked_region(region)?);
         Ok(self)
     }
 

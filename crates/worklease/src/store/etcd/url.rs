@@ -6,6 +6,7 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTRO
 #[cfg(doc)]
 use crate::error::InvalidInput;
 use crate::error::Result;
+use crate::store::url_parts::query::QueryParams;
 #[cfg(doc)]
 use crate::store::url_parts::redact;
 use crate::store::url_parts::url_error;
@@ -16,6 +17,10 @@ use super::config::{bad_endpoint, check_prefix, host_port, with_slash};
 #[cfg(doc)]
 use super::DEFAULT_PORT;
 use super::{EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT};
+
+/// The query parameters of the URL (`cacert`, `cert` and `key` with
+/// `etcds://` only).
+const PARAMS: &[&str] = &["prefix", "max_txn_ops", "cacert", "cert", "key"];
 
 /// What `to_url` percent-encodes in the user info and the prefix, besides
 /// non-ASCII bytes: whatever would end or split them.
@@ -132,36 +137,23 @@ impl EtcdConfig {
                 )
             })?);
         }
-        let mut prefix: Option<String> = None;
-        let mut max_ops: Option<String> = None;
+        // Names as written, values percent-decoded when taken ('+' is a
+        // plus sign, as `to_url` writes it).
+        let pairs = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.split_once('=').unwrap_or((p, "")));
+        let mut params = QueryParams::parse(pairs, PARAMS).map_err(|r| url_error(url, r))?;
+        let mut take = |name: &str| {
+            params
+                .take(name)
+                .map(|value| decode(url, name, value))
+                .transpose()
+        };
+        let prefix = take("prefix")?;
+        let max_ops = take("max_txn_ops")?;
         // `cacert`, `cert` and `key`, percent-decoded.
-        let mut files: [Option<String>; 3] = [None, None, None];
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            // Given twice, "last one wins" would let a copy-paste slip put
-            // two fleets under two prefixes.
-            let twice = || url_error(url, format!("the parameter {key:?} appears twice"));
-            let slot = match key {
-                "prefix" => &mut prefix,
-                "max_txn_ops" => &mut max_ops,
-                "cacert" => &mut files[0],
-                "cert" => &mut files[1],
-                "key" => &mut files[2],
-                other => {
-                    return Err(url_error(
-                        url,
-                        format!(
-                            "unknown parameter {other:?}: the accepted ones are prefix, max_txn_ops, and \
-                             cacert, cert and key with etcds://"
-                        ),
-                    ))
-                }
-            };
-            if slot.is_some() {
-                return Err(twice());
-            }
-            *slot = Some(decode(url, key, value)?);
-        }
+        let files = [take("cacert")?, take("cert")?, take("key")?];
         if !tls && files.iter().any(Option::is_some) {
             return Err(url_error(
                 url,

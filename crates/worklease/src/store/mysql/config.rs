@@ -6,12 +6,13 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::{InvalidInput, Result};
+pub use crate::store::sql_config::DEFAULT_TABLE;
+use crate::store::sql_config::{
+    param_value, plain_lower_case, rebuilt, split_url, sql_options, sql_url,
+};
 use crate::store::url_parts::url_error;
 
 use super::MysqlStore;
-
-/// The table name used when none is configured.
-pub const DEFAULT_TABLE: &str = "worklease_leases";
 
 /// The longest table name, in bytes: the stored procedures are named
 /// `<table>_v<version>_<operation>` (the longest suffix is
@@ -50,11 +51,7 @@ impl TableName {
                  at most {MAX_TABLE_NAME_BYTES} bytes)"
             ))
         };
-        let mut chars = name.chars();
-        let first_ok = chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-        if !first_ok || !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        if !plain_lower_case(name) {
             return Err(bad("not a plain lower-case name".to_string()));
         }
         if name.len() > MAX_TABLE_NAME_BYTES {
@@ -112,28 +109,9 @@ impl fmt::Debug for TableName {
     }
 }
 
-/// Settings of a [`MysqlStore`] beyond the connection itself.
-#[derive(Debug, Clone)]
-pub struct MysqlOptions {
-    pub(super) table: TableName,
-    pub(super) max_connections: usize,
-    pub(super) connect_timeout: Duration,
-    pub(super) max_connection_lifetime: Option<Duration>,
-    /// Create the tables (and, for MySQL, the procedures) when missing;
-    /// `false` for commands that must create nothing.
-    pub(super) create_schema: bool,
-}
-
-impl Default for MysqlOptions {
-    fn default() -> Self {
-        Self {
-            table: TableName::default(),
-            max_connections: 16,
-            connect_timeout: Duration::from_secs(5),
-            max_connection_lifetime: None,
-            create_schema: true,
-        }
-    }
+sql_options! {
+    /// Settings of a [`MysqlStore`] beyond the connection itself.
+    pub struct MysqlOptions {}
 }
 
 impl MysqlOptions {
@@ -141,49 +119,6 @@ impl MysqlOptions {
     /// 5 s connect timeout, connections kept as long as they work.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The lease table (see [`TableName`]).
-    pub fn table(mut self, table: TableName) -> Self {
-        self.table = table;
-        self
-    }
-
-    /// The most pooled connections (at least 1).
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long getting a connection (opening one, or waiting for a free
-    /// one in the pool) may take before the call fails with a store error.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Closes pooled connections older than this when they come back to
-    /// the pool (mysql_async's absolute connection TTL), for servers or
-    /// proxies that want connections refreshed. Default: never.
-    pub fn max_connection_lifetime(mut self, lifetime: Duration) -> Self {
-        self.max_connection_lifetime = Some(lifetime);
-        self
-    }
-
-    /// Whether the first call creates the store's schema when the table is
-    /// missing (default `true`). With `false` a missing table is a store
-    /// error naming it ("no store"), and nothing is created: for read-only
-    /// tools (`worklease status`, `leader`, `release`, `checkpoint`) and
-    /// roles without `CREATE`, so that a mistyped table is not taken for
-    /// an empty store.
-    pub fn create_schema(mut self, on: bool) -> Self {
-        self.create_schema = on;
-        self
-    }
-
-    /// The configured table.
-    pub fn table_name(&self) -> &TableName {
-        &self.table
     }
 }
 
@@ -200,61 +135,18 @@ pub(super) enum SslMode {
     VerifyIdentity,
 }
 
-/// A `mysql://` (or `mariadb://`) store URL, checked:
-/// `mysql://user[:password]@host[:port]/database?table=NAME&ssl-mode=MODE&ssl-ca=PATH`
-/// plus mysql_async's own connection settings (`pool_max`, `tcp_nodelay`,
-/// ...; not its TLS ones, which `ssl-mode` replaces). Its `Debug` form
-/// hides the password ([`crate::store::url::redact`]); [`MysqlUrl::as_str`]
-/// does not, since a child process needs it to connect.
-#[derive(Clone, PartialEq, Eq)]
-pub struct MysqlUrl {
-    url: String,
-}
-
-impl MysqlUrl {
-    /// Checks a URL.
-    ///
+sql_url! {
+    /// A `mysql://` (or `mariadb://`) store URL, checked:
+    /// `mysql://user[:password]@host[:port]/database?table=NAME&ssl-mode=MODE&ssl-ca=PATH`
+    /// plus mysql_async's own connection settings (`pool_max`, `tcp_nodelay`,
+    /// ...; not its TLS ones, which `ssl-mode` replaces). Its `Debug` form
+    /// hides the password ([`crate::store::url::redact`]); [`MysqlUrl::as_str`]
+    /// does not, since a child process needs it to connect.
+    pub struct MysqlUrl opens MysqlStore with MysqlOptions;
     /// # Errors
     /// [`InvalidInput::StoreUrl`] (URL redacted) for another scheme, a
     /// missing database, a malformed or unknown setting, a bad table name
     /// or a TLS setting in a build without `mysql-tls`.
-    pub fn parse(url: &str) -> Result<Self> {
-        let _ = parse_url(url)?;
-        Ok(Self {
-            url: url.trim().to_string(),
-        })
-    }
-
-    /// The URL as given, password included: keep it out of logs (use
-    /// [`crate::store::url::redact`]).
-    pub fn as_str(&self) -> &str {
-        &self.url
-    }
-
-    /// Opens the store the URL names (connecting lazily, on first use).
-    ///
-    /// # Errors
-    /// As [`MysqlStore::from_url`].
-    pub fn open(&self) -> Result<MysqlStore> {
-        MysqlStore::from_url(&self.url)
-    }
-
-    /// Opens the store without creating its schema
-    /// ([`MysqlOptions::create_schema`]): a missing table is an error.
-    ///
-    /// # Errors
-    /// As [`MysqlStore::from_url`].
-    pub fn open_existing(&self) -> Result<MysqlStore> {
-        let mut store = MysqlStore::from_url(&self.url)?;
-        store.options.create_schema = false;
-        Ok(store)
-    }
-}
-
-impl fmt::Debug for MysqlUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&crate::store::url_parts::redact(&self.url), f)
-    }
 }
 
 /// A parsed URL: mysql_async's settings and ours.
@@ -281,52 +173,22 @@ const ITS_TLS_PARAMS: [&str; 4] = [
 /// parses the rest with mysql_async (`mariadb://` read as `mysql://`).
 pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
     let url = url.trim();
-    let expected = "a MySQL URL starts with mysql:// or mariadb://";
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(url_error(url, expected));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    if scheme != "mysql" && scheme != "mariadb" {
-        return Err(url_error(url, expected));
-    }
-    let (base, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let mut table = TableName::default();
+    // Both spellings of a setting are one setting (`ssl-mode` and
+    // `ssl_mode`): a second one must not turn TLS off.
+    let split = split_url(
+        url,
+        &["mysql", "mariadb"],
+        "a MySQL URL starts with mysql:// or mariadb://",
+        |name| name.replace('_', "-"),
+        TableName::new,
+    )?;
     let mut ssl_mode = SslMode::Disabled;
     let mut ssl_ca = None;
     let mut kept: Vec<&str> = Vec::new();
-    // A parameter given twice is refused: "last one wins" would let a
-    // copy-paste slip put two fleets on two tables.
-    let mut seen = std::collections::HashSet::new();
-    for param in query.into_iter().flat_map(|q| q.split('&')) {
-        if param.is_empty() {
-            continue;
-        }
-        let (key, value) = param.split_once('=').unwrap_or((param, ""));
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| url_error(url, format!("query parameter {key:?} is not UTF-8")))
-        };
-        let name = decode(key)?;
-        // Both spellings of a setting are one setting (`ssl-mode` and
-        // `ssl_mode`): a second one must not turn TLS off.
-        if !seen.insert(name.replace('_', "-")) {
-            return Err(url_error(
-                url,
-                format!("the parameter {name:?} appears twice"),
-            ));
-        }
+    for (name, param) in split.params {
         match name.as_str() {
-            "table" => {
-                table =
-                    TableName::new(&decode(value)?).map_err(|e| url_error(url, e.to_string()))?
-            }
             "ssl-mode" | "ssl_mode" => {
-                ssl_mode = match decode(value)?.to_ascii_uppercase().as_str() {
+                ssl_mode = match param_value(url, param)?.to_ascii_uppercase().as_str() {
                     "DISABLED" => SslMode::Disabled,
                     "REQUIRED" => SslMode::Required,
                     "VERIFY_CA" => SslMode::VerifyCa,
@@ -343,7 +205,7 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
                     }
                 }
             }
-            "ssl-ca" | "ssl_ca" => ssl_ca = Some(std::path::PathBuf::from(decode(value)?)),
+            "ssl-ca" | "ssl_ca" => ssl_ca = Some(std::path::PathBuf::from(param_value(url, param)?)),
             its if ITS_TLS_PARAMS.contains(&its) => {
                 return Err(url_error(
                     url,
@@ -365,12 +227,8 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
             "ssl-mode other than DISABLED needs the cargo feature `mysql-tls`",
         ));
     }
-    let rebuilt = if kept.is_empty() {
-        format!("mysql://{base}")
-    } else {
-        format!("mysql://{base}?{}", kept.join("&"))
-    };
-    let opts = mysql_async::Opts::from_url(&rebuilt).map_err(|e| {
+    // `mariadb://` is read as `mysql://`.
+    let opts = mysql_async::Opts::from_url(&rebuilt("mysql", split.base, &kept)).map_err(|e| {
         url_error(
             url,
             format!(
@@ -398,7 +256,7 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
     }
     Ok(UrlParts {
         opts,
-        table,
+        table: split.table,
         ssl_mode,
         ssl_ca,
     })
@@ -423,13 +281,14 @@ pub(super) fn describe(opts: &mysql_async::Opts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sql_config::{assert_refused, assert_table_rule};
 
     #[test]
     fn table_names_are_checked() {
         let t = TableName::new("leases_2").unwrap();
         assert_eq!(t.quoted(), "`leases_2`");
         assert_eq!(t.fencing_quoted(), "`leases_2_fencing`");
-        for bad in [
+        let bad = [
             "",
             "Leases",
             "1x",
@@ -437,16 +296,8 @@ mod tests {
             "x;drop table y",
             "a`b",
             "le ases",
-        ] {
-            let e = TableName::new(bad).unwrap_err().to_string();
-            assert!(e.contains("[a-z_]"), "{bad:?}: {e}");
-        }
-        let long = "t".repeat(MAX_TABLE_NAME_BYTES + 1);
-        assert!(TableName::new(&long)
-            .unwrap_err()
-            .to_string()
-            .contains(&MAX_TABLE_NAME_BYTES.to_string()));
-        assert!(TableName::new(&"t".repeat(MAX_TABLE_NAME_BYTES)).is_ok());
+        ];
+        assert_table_rule(TableName::new, MAX_TABLE_NAME_BYTES, &bad);
     }
 
     #[test]
@@ -475,7 +326,7 @@ mod tests {
         } else {
             assert!(tls.unwrap_err().to_string().contains("mysql-tls"));
         }
-        for (url, want) in [
+        let refused = [
             ("mysql://u:pw@h/db?table=Bad", "[a-z_]"),
             ("mysql://u:pw@h/db?table=a&table=b", "appears twice"),
             ("mysql://u:pw@h/db?bogus=1", "bogus"),
@@ -489,11 +340,8 @@ mod tests {
             ("mysql://u:pw@h/db?require_ssl=true", "ssl-mode"),
             ("mysql://u:pw@h/db?ssl-ca=%2Fca.pem", "ssl-ca needs"),
             ("postgres://u:pw@h/db", "mysql://"),
-        ] {
-            let e = parse_url(url).unwrap_err().to_string();
-            assert!(e.contains(want), "{url}: {e}");
-            assert!(!e.contains("pw@"), "the password leaked: {e}");
-        }
+        ];
+        assert_refused(parse_url, "pw@", &refused);
         let u = MysqlUrl::parse("mysql://u:pw@h/db?table=t").unwrap();
         assert!(!format!("{u:?}").contains("pw"));
         assert_eq!(u.as_str(), "mysql://u:pw@h/db?table=t");

@@ -6,18 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::azure::{AzureConfigKey, MicrosoftAzure, MicrosoftAzureBuilder};
-use object_store::{BackoffConfig, ClientOptions, RetryConfig};
-use percent_encoding::percent_decode_str;
 
-use super::config::invalid_reason;
+use super::config::{client_options, from_object_url, object_url, retry_config};
 use super::keys::check_prefix;
-use super::{
-    ObjectLeaseStore, ObjectRegister, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT, RETRIES,
-    RETRY_TIMEOUT,
-};
+use super::{ObjectLeaseStore, ObjectRegister, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::{check_endpoint, redact_with_endpoint};
+use crate::store::url_parts::{checked_endpoint, ResourceUrl};
 
 /// [`crate::store::register::Register::kind`] of the Azure register.
 const AZURE_KIND: &str = "azblob";
@@ -29,6 +24,16 @@ const CREDENTIALS_ADVICE: &str = "credentials come from the standard Azure varia
     AZURE_STORAGE_TOKEN (a bearer token), AZURE_CLIENT_ID with AZURE_CLIENT_SECRET or \
     AZURE_FEDERATED_TOKEN_FILE and AZURE_TENANT_ID (a service principal, workload \
     identity), else a managed identity";
+/// The `azblob://` URL, for its refusals.
+const AZURE_URL: ResourceUrl = ResourceUrl {
+    scheme: "azblob",
+    store: "Azure Blob",
+    usage: "azblob://CONTAINER/PREFIX?endpoint=URL",
+    credentials: CREDENTIALS_ADVICE,
+    no_server: "the URL names a container, not a server: give the server as \
+                ?endpoint=http://HOST:PORT/ACCOUNT",
+    no_fragment: "an azblob:// URL takes no #fragment",
+};
 
 /// An Azure Blob Storage container's settings, from an `azblob://` URL or
 /// by hand; the account name may come from the URL or from
@@ -41,14 +46,6 @@ pub struct AzureConfig {
     endpoint: Option<String>,
     account: Option<String>,
     request_timeout: Duration,
-}
-
-fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
-    InvalidInput::StoreUrl {
-        url: redact_with_endpoint(url),
-        reason: reason.into(),
-    }
-    .into()
 }
 
 impl AzureConfig {
@@ -83,74 +80,16 @@ impl AzureConfig {
     /// endpoint, a port, a bad prefix, account or endpoint, or an unknown
     /// or repeated parameter.
     pub fn from_url(url: &str) -> Result<Self> {
-        let url = url.trim();
-        let parsed = url::Url::parse(url).map_err(|e| {
-            url_error(
-                url,
-                format!("not a valid URL ({e}): write azblob://CONTAINER/PREFIX?endpoint=URL"),
-            )
-        })?;
-        if parsed.scheme() != "azblob" {
-            return Err(url_error(
-                url,
-                format!(
-                    "the Azure Blob store takes azblob:// URLs, not {}://",
-                    parsed.scheme()
-                ),
-            ));
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(url_error(
-                url,
-                format!("credentials do not go in the URL: {CREDENTIALS_ADVICE}"),
-            ));
-        }
-        if parsed.port().is_some() {
-            return Err(url_error(
-                url,
-                "the URL names a container, not a server: give the server as \
-                 ?endpoint=http://HOST:PORT/ACCOUNT",
-            ));
-        }
-        let mut config = Self::new(parsed.host_str().unwrap_or_default())
-            .map_err(|e| url_error(url, invalid_reason(e)))?;
-        let path = percent_decode_str(parsed.path())
-            .decode_utf8()
-            .map_err(|_| url_error(url, "the prefix is not UTF-8"))?;
-        let path = path.strip_prefix('/').unwrap_or(&path);
-        let path = path.strip_suffix('/').unwrap_or(path);
-        if !path.is_empty() {
-            config = config
-                .prefix(path)
-                .map_err(|e| url_error(url, invalid_reason(e)))?;
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (key, value) in parsed.query_pairs() {
-            if !seen.insert(key.clone().into_owned()) {
-                return Err(url_error(
-                    url,
-                    format!("the parameter {key:?} appears twice"),
-                ));
-            }
-            config = match key.as_ref() {
-                "endpoint" => config.endpoint(value.as_ref()),
-                "account" => config.account(value.as_ref()),
-                other => {
-                    return Err(url_error(
-                        url,
-                        format!(
-                            "unknown parameter {other:?}: the accepted ones are {}",
-                            PARAMS.join(", ")
-                        ),
-                    ))
-                }
-            }
-            .map_err(|e| url_error(url, invalid_reason(e)))?;
-        }
-        if parsed.fragment().is_some() {
-            return Err(url_error(url, "an azblob:// URL takes no #fragment"));
-        }
-        Ok(config)
+        from_object_url(
+            url,
+            &AZURE_URL,
+            PARAMS,
+            |container, prefix| Self::new(container)?.prefix(prefix),
+            |config, name, value| match name {
+                "endpoint" => config.endpoint(value),
+                _ => config.account(value),
+            },
+        )
     }
 
     /// Sets the prefix the lease objects are under. Stores with different
@@ -176,10 +115,7 @@ impl AzureConfig {
     /// `https://` URL with a host, or carries user info: credentials come
     /// from the Azure variables only.
     pub fn endpoint(mut self, endpoint: &str) -> Result<Self> {
-        if let Some(reason) = check_endpoint(endpoint, CREDENTIALS_ADVICE) {
-            return Err(InvalidInput::Config(reason).into());
-        }
-        self.endpoint = Some(endpoint.to_string());
+        self.endpoint = Some(checked_endpoint(endpoint, CREDENTIALS_ADVICE)?);
         Ok(self)
     }
 
@@ -222,21 +158,12 @@ impl AzureConfig {
 
     /// The URL of these settings (the request timeout is not part of it).
     pub fn to_url(&self) -> String {
-        let mut u = match url::Url::parse(&format!("azblob://{}", self.container)) {
-            Ok(u) => u,
-            Err(_) => return format!("azblob://{}/{}", self.container, self.prefix),
-        };
-        if let Ok(mut segments) = u.path_segments_mut() {
-            segments.clear().extend(self.prefix.split('/'));
-        }
-        let params: Vec<(&str, &str)> = [("endpoint", &self.endpoint), ("account", &self.account)]
-            .into_iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
-            .collect();
-        if !params.is_empty() {
-            u.query_pairs_mut().extend_pairs(params);
-        }
-        u.to_string()
+        object_url(
+            "azblob",
+            &self.container,
+            &self.prefix,
+            [("endpoint", &self.endpoint), ("account", &self.account)],
+        )
     }
 
     /// The Azure register of these settings: `object_store`'s
@@ -253,11 +180,7 @@ impl AzureConfig {
     pub fn register(&self) -> Result<ObjectRegister> {
         let mut builder = MicrosoftAzureBuilder::from_env()
             .with_container_name(&self.container)
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: RETRIES,
-                retry_timeout: RETRY_TIMEOUT,
-            });
+            .with_retry(retry_config());
         if let Some(account) = &self.account {
             builder = builder.with_account(account);
         }
@@ -301,10 +224,7 @@ impl AzureConfig {
             .endpoint
             .as_deref()
             .is_some_and(|e| e.starts_with("http://"));
-        let options = ClientOptions::new()
-            .with_timeout(self.request_timeout)
-            .with_connect_timeout(self.request_timeout)
-            .with_allow_http(allow_http);
+        let options = client_options(self.request_timeout, allow_http);
         // object_store's errors here name keys and kinds, never a
         // credential's value.
         let azure: MicrosoftAzure = builder.with_client_options(options).build().map_err(|e| {

@@ -21,12 +21,29 @@ use crate::error::{InvalidInput, Result, StoreError};
 #[cfg(doc)]
 use crate::store::register::Register;
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::{check_endpoint, check_region, redact, redact_with_endpoint};
+use crate::store::url_parts::query::QueryParams;
+use crate::store::url_parts::{
+    checked_endpoint, checked_region, parse_resource_url, redact, resource_url_error,
+    setting_error, ResourceUrl,
+};
 
 /// [`Register::kind`] of the S3 register.
 const S3_KIND: &str = "s3";
 /// The URL parameters the S3 store reads.
 const PARAMS: &[&str] = &["endpoint", "region"];
+/// Where the S3 store's credentials come from (never from a URL).
+const CREDENTIALS: &str =
+    "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or another AWS credential source)";
+/// The `s3://` URL, for its refusals.
+const S3_URL: ResourceUrl = ResourceUrl {
+    scheme: "s3",
+    store: "S3",
+    usage: "s3://BUCKET/PREFIX?endpoint=URL&region=REGION",
+    credentials: CREDENTIALS,
+    no_server: "the URL names a bucket, not a server: give the server as \
+                ?endpoint=http://HOST:PORT",
+    no_fragment: "an s3:// URL takes no #fragment",
+};
 
 /// An S3 (or S3-compatible) store's settings, from an `s3://` URL or by
 /// hand; credentials always come from the environment (see the module
@@ -38,14 +55,6 @@ pub struct S3Config {
     endpoint: Option<String>,
     region: Option<String>,
     request_timeout: Duration,
-}
-
-fn url_error(url: &str, reason: impl Into<String>) -> crate::Error {
-    InvalidInput::StoreUrl {
-        url: redact_with_endpoint(url),
-        reason: reason.into(),
-    }
-    .into()
 }
 
 impl S3Config {
@@ -78,92 +87,16 @@ impl S3Config {
     /// (as [`S3Config::prefix`]), an endpoint that is not an `http(s)://`
     /// URL, an empty region, or an unknown or repeated parameter.
     pub fn from_url(url: &str) -> Result<Self> {
-        let url = url.trim();
-        let parsed = url::Url::parse(url).map_err(|e| {
-            url_error(
-                url,
-                format!(
-                    "not a valid URL ({e}): write s3://BUCKET/PREFIX?endpoint=URL&region=REGION"
-                ),
-            )
-        })?;
-        if parsed.scheme() != "s3" {
-            return Err(url_error(
-                url,
-                format!("the S3 store takes s3:// URLs, not {}://", parsed.scheme()),
-            ));
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() {
-            return Err(url_error(
-                url,
-                "credentials do not go in the URL: set AWS_ACCESS_KEY_ID and \
-                 AWS_SECRET_ACCESS_KEY (or another AWS credential source)",
-            ));
-        }
-        if parsed.port().is_some() {
-            return Err(url_error(
-                url,
-                "the URL names a bucket, not a server: give the server as ?endpoint=http://HOST:PORT",
-            ));
-        }
-        let bucket = parsed.host_str().unwrap_or_default();
-        if let Some(reason) = check_bucket(bucket) {
-            return Err(url_error(url, reason));
-        }
-        let path = percent_decode_str(parsed.path())
-            .decode_utf8()
-            .map_err(|_| url_error(url, "the prefix is not UTF-8"))?;
-        let path = path.strip_prefix('/').unwrap_or(&path);
-        let path = path.strip_suffix('/').unwrap_or(path);
-        let prefix = if path.is_empty() {
-            DEFAULT_PREFIX
-        } else {
-            path
-        };
-        if let Some(reason) = check_prefix(prefix) {
-            return Err(url_error(url, reason));
-        }
-        let mut config = Self {
-            bucket: bucket.to_string(),
-            prefix: prefix.to_string(),
-            endpoint: None,
-            region: None,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-        };
-        let mut seen = std::collections::HashSet::new();
-        for (key, value) in parsed.query_pairs() {
-            if !seen.insert(key.clone().into_owned()) {
-                return Err(url_error(
-                    url,
-                    format!("the parameter {key:?} appears twice"),
-                ));
-            }
-            match key.as_ref() {
-                "endpoint" => {
-                    config = config
-                        .endpoint(value.as_ref())
-                        .map_err(|e| url_error(url, invalid_reason(e)))?
-                }
-                "region" => {
-                    config = config
-                        .region(value.as_ref())
-                        .map_err(|e| url_error(url, invalid_reason(e)))?
-                }
-                other => {
-                    return Err(url_error(
-                        url,
-                        format!(
-                            "unknown parameter {other:?}: the accepted ones are {}",
-                            PARAMS.join(", ")
-                        ),
-                    ))
-                }
-            }
-        }
-        if parsed.fragment().is_some() {
-            return Err(url_error(url, "an s3:// URL takes no #fragment"));
-        }
-        Ok(config)
+        from_object_url(
+            url,
+            &S3_URL,
+            PARAMS,
+            |bucket, prefix| Self::new(bucket)?.prefix(prefix),
+            |config, name, value| match name {
+                "endpoint" => config.endpoint(value),
+                _ => config.region(value),
+            },
+        )
     }
 
     /// Sets the prefix the lease objects are under. Stores with different
@@ -190,12 +123,7 @@ impl S3Config {
     /// credentials come from the `AWS_*` environment only, since the HTTP
     /// client would show an endpoint's user info in its errors and logs.
     pub fn endpoint(mut self, endpoint: &str) -> Result<Self> {
-        let advice = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or another AWS \
-                      credential source)";
-        if let Some(reason) = check_endpoint(endpoint, advice) {
-            return Err(InvalidInput::Config(reason).into());
-        }
-        self.endpoint = Some(endpoint.to_string());
+        self.endpoint = Some(checked_endpoint(endpoint, CREDENTIALS)?);
         Ok(self)
     }
 
@@ -204,10 +132,7 @@ impl S3Config {
     /// # Errors
     /// [`InvalidInput::Config`] for an empty region.
     pub fn region(mut self, region: &str) -> Result<Self> {
-        if let Some(reason) = check_region(region) {
-            return Err(InvalidInput::Config(reason).into());
-        }
-        self.region = Some(region.to_string());
+        self.region = Some(checked_region(region)?);
         Ok(self)
     }
 
@@ -230,21 +155,12 @@ impl S3Config {
 
     /// The URL of these settings (the request timeout is not part of it).
     pub fn to_url(&self) -> String {
-        let mut u = match url::Url::parse(&format!("s3://{}", self.bucket)) {
-            Ok(u) => u,
-            Err(_) => return format!("s3://{}/{}", self.bucket, self.prefix),
-        };
-        if let Ok(mut segments) = u.path_segments_mut() {
-            segments.clear().extend(self.prefix.split('/'));
-        }
-        let params: Vec<(&str, &str)> = [("endpoint", &self.endpoint), ("region", &self.region)]
-            .into_iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
-            .collect();
-        if !params.is_empty() {
-            u.query_pairs_mut().extend_pairs(params);
-        }
-        u.to_string()
+        object_url(
+            "s3",
+            &self.bucket,
+            &self.prefix,
+            [("endpoint", &self.endpoint), ("region", &self.region)],
+        )
     }
 
     /// The S3 register of these settings: `object_store`'s [`AmazonS3`]
@@ -269,11 +185,7 @@ impl S3Config {
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(&self.bucket)
             .with_conditional_put(S3ConditionalPut::ETagMatch)
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig::default(),
-                max_retries: RETRIES,
-                retry_timeout: RETRY_TIMEOUT,
-            });
+            .with_retry(retry_config());
         if let Some(region) = &self.region {
             builder = builder.with_region(region);
         }
@@ -296,10 +208,7 @@ impl S3Config {
                 .with_endpoint(endpoint)
                 .with_config(AmazonS3ConfigKey::S3Endpoint, endpoint);
         }
-        let options = ClientOptions::new()
-            .with_timeout(self.request_timeout)
-            .with_connect_timeout(self.request_timeout)
-            .with_allow_http(allow_http);
+        let options = client_options(self.request_timeout, allow_http);
         let s3: AmazonS3 = builder
             .with_client_options(options.clone())
             .build()
@@ -328,12 +237,86 @@ impl S3Config {
     }
 }
 
-/// The reason of an [`InvalidInput::Config`], for a URL error.
-pub(super) fn invalid_reason(e: crate::Error) -> String {
-    match e {
-        crate::Error::Invalid(InvalidInput::Config(reason)) => reason,
-        other => other.to_string(),
+/// The settings an `s3://` or `azblob://` URL of `shape` names: `new`
+/// makes them for the bucket (container) its host names and the prefix
+/// its path names (percent-decoded, without the slashes around it; no
+/// path: [`DEFAULT_PREFIX`]), `set` applies each query parameter, one of
+/// `known`, in the order given.
+///
+/// # Errors
+/// [`InvalidInput::StoreUrl`] (the URL redacted) for what
+/// [`parse_resource_url`] refuses, a prefix that is not UTF-8, an unknown
+/// or repeated parameter, or what `new` or `set` refuse.
+pub(super) fn from_object_url<C>(
+    url: &str,
+    shape: &ResourceUrl,
+    known: &[&str],
+    new: impl FnOnce(&str, &str) -> Result<C>,
+    set: impl Fn(C, &str, &str) -> Result<C>,
+) -> Result<C> {
+    let url = url.trim();
+    let parsed = parse_resource_url(url, shape)?;
+    let path = percent_decode_str(parsed.path())
+        .decode_utf8()
+        .map_err(|_| resource_url_error(url, "the prefix is not UTF-8"))?;
+    let path = path.strip_prefix('/').unwrap_or(&path);
+    let path = path.strip_suffix('/').unwrap_or(path);
+    let prefix = if path.is_empty() {
+        DEFAULT_PREFIX
+    } else {
+        path
+    };
+    let mut config =
+        new(parsed.host_str().unwrap_or_default(), prefix).map_err(|e| setting_error(url, e))?;
+    let params =
+        QueryParams::parse(parsed.query_pairs(), known).map_err(|r| resource_url_error(url, r))?;
+    for (name, value) in params {
+        config = set(config, &name, &value).map_err(|e| setting_error(url, e))?;
     }
+    Ok(config)
+}
+
+/// The URL of an object store's settings: `scheme://PLACE/PREFIX` with the
+/// parameters that are set.
+pub(super) fn object_url(
+    scheme: &str,
+    place: &str,
+    prefix: &str,
+    params: [(&str, &Option<String>); 2],
+) -> String {
+    let mut u = match url::Url::parse(&format!("{scheme}://{place}")) {
+        Ok(u) => u,
+        Err(_) => return format!("{scheme}://{place}/{prefix}"),
+    };
+    if let Ok(mut segments) = u.path_segments_mut() {
+        segments.clear().extend(prefix.split('/'));
+    }
+    let params: Vec<(&str, &str)> = params
+        .into_iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| (k, v)))
+        .collect();
+    if !params.is_empty() {
+        u.query_pairs_mut().extend_pairs(params);
+    }
+    u.to_string()
+}
+
+/// How `object_store` retries a failed request of the store.
+pub(super) fn retry_config() -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: RETRIES,
+        retry_timeout: RETRY_TIMEOUT,
+    }
+}
+
+/// The HTTP client's options: `timeout` for a request and for connecting,
+/// plain HTTP when `allow_http`.
+pub(super) fn client_options(timeout: Duration, allow_http: bool) -> ClientOptions {
+    ClientOptions::new()
+        .with_timeout(timeout)
+        .with_connect_timeout(timeout)
+        .with_allow_http(allow_http)
 }
 
 /// Why `bucket` is no bucket name, or `None`.

@@ -7,12 +7,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::{InvalidInput, Result};
+pub use crate::store::sql_config::DEFAULT_TABLE;
+use crate::store::sql_config::{
+    param_value, plain_lower_case, rebuilt, split_url, sql_options, sql_url,
+};
 use crate::store::url_parts::url_error;
 
 use super::PostgresStore;
-
-/// The table name used when none is configured.
-pub const DEFAULT_TABLE: &str = "worklease_leases";
 
 /// The longest table name (without schema), in bytes: leaves room for the
 /// sequence's suffix `_fencing_seq` within PostgreSQL's 63-byte names.
@@ -52,15 +53,12 @@ impl TableName {
             Some((s, t)) => (Some(s), t),
             None => (None, name),
         };
-        for part in schema.iter().chain([&table]) {
-            let mut chars = part.chars();
-            let first_ok = chars
-                .next()
-                .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-            if !first_ok || !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-            {
-                return Err(bad(format!("{part:?} is not a plain lower-case name")));
-            }
+        if let Some(part) = schema
+            .iter()
+            .chain([&table])
+            .find(|part| !plain_lower_case(part))
+        {
+            return Err(bad(format!("{part:?} is not a plain lower-case name")));
         }
         if table.len() > MAX_TABLE_NAME_BYTES {
             return Err(bad(format!(
@@ -134,29 +132,10 @@ impl fmt::Debug for TableName {
     }
 }
 
-/// Settings of a [`PostgresStore`] beyond the connection itself.
-#[derive(Debug, Clone)]
-pub struct PostgresOptions {
-    pub(super) table: TableName,
-    pub(super) max_connections: usize,
-    pub(super) connect_timeout: Duration,
-    pub(super) wake_jitter: Duration,
-    pub(super) max_connection_lifetime: Option<Duration>,
-    /// Create the table and its sequence when missing; `false` for
-    /// commands that must create nothing.
-    pub(super) create_schema: bool,
-}
-
-impl Default for PostgresOptions {
-    fn default() -> Self {
-        Self {
-            table: TableName::default(),
-            max_connections: 16,
-            connect_timeout: Duration::from_secs(5),
-            wake_jitter: Duration::from_millis(5),
-            max_connection_lifetime: None,
-            create_schema: true,
-        }
+sql_options! {
+    /// Settings of a [`PostgresStore`] beyond the connection itself.
+    pub struct PostgresOptions {
+        wake_jitter: Duration = Duration::from_millis(5),
     }
 }
 
@@ -168,27 +147,6 @@ impl PostgresOptions {
         Self::default()
     }
 
-    /// The lease table (see [`TableName`]).
-    pub fn table(mut self, table: TableName) -> Self {
-        self.table = table;
-        self
-    }
-
-    /// The most pooled connections (at least 1; the listener's connection
-    /// comes on top).
-    pub fn max_connections(mut self, n: usize) -> Self {
-        self.max_connections = n.max(1);
-        self
-    }
-
-    /// How long opening a connection, or waiting for a free one in the
-    /// pool, may take before the call fails with a store error. Applies
-    /// where the connection settings name no `connect_timeout` of their own.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
     /// A woken waiter waits a random time from zero to this before its
     /// attempt, so that the waiters of one release do not all try at the
     /// same instant. Zero turns it off.
@@ -196,86 +154,19 @@ impl PostgresOptions {
         self.wake_jitter = jitter;
         self
     }
-
-    /// Closes pooled connections older than this when they come back to the
-    /// pool (for servers or proxies that want connections refreshed).
-    /// Default: never.
-    pub fn max_connection_lifetime(mut self, lifetime: Duration) -> Self {
-        self.max_connection_lifetime = Some(lifetime);
-        self
-    }
-
-    /// Whether the first call creates the store's table and sequence when
-    /// the table is missing (default `true`). With `false` a missing table
-    /// is a store error naming it ("no store"), and nothing is created:
-    /// for read-only tools (`worklease status`, `leader`, `release`,
-    /// `checkpoint`) and roles without `CREATE`, so that a mistyped table
-    /// is not taken for an empty store.
-    pub fn create_schema(mut self, on: bool) -> Self {
-        self.create_schema = on;
-        self
-    }
-
-    /// The configured table.
-    pub fn table_name(&self) -> &TableName {
-        &self.table
-    }
 }
 
-/// A `postgres://` (or `postgresql://`) store URL, checked: the connection
-/// settings tokio-postgres accepts (`postgres://user:password@host:port/db?
-/// sslmode=...&application_name=...`) plus `table=NAME` for the lease
-/// table (see [`TableName`]). Its `Debug` form hides the password
-/// ([`crate::store::url::redact`]); [`PostgresUrl::as_str`] does not, since
-/// a child process needs it to connect.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PostgresUrl {
-    url: String,
-}
-
-impl PostgresUrl {
-    /// Checks a URL.
-    ///
+sql_url! {
+    /// A `postgres://` (or `postgresql://`) store URL, checked: the
+    /// connection settings tokio-postgres accepts (`postgres://user:password@host:port/db?
+    /// sslmode=...&application_name=...`) plus `table=NAME` for the lease
+    /// table (see [`TableName`]). Its `Debug` form hides the password
+    /// ([`crate::store::url::redact`]); [`PostgresUrl::as_str`] does not,
+    /// since a child process needs it to connect.
+    pub struct PostgresUrl opens PostgresStore with PostgresOptions;
     /// # Errors
     /// [`InvalidInput::StoreUrl`] (URL redacted) for another scheme, a
     /// malformed or unknown connection setting, or a bad table name.
-    pub fn parse(url: &str) -> Result<Self> {
-        let _ = parse_url(url)?;
-        Ok(Self {
-            url: url.trim().to_string(),
-        })
-    }
-
-    /// The URL as given, password included: keep it out of logs (use
-    /// [`crate::store::url::redact`]).
-    pub fn as_str(&self) -> &str {
-        &self.url
-    }
-
-    /// Opens the store the URL names (connecting lazily, on first use).
-    ///
-    /// # Errors
-    /// As [`PostgresStore::from_url`].
-    pub fn open(&self) -> Result<PostgresStore> {
-        PostgresStore::from_url(&self.url)
-    }
-
-    /// Opens the store without creating its schema
-    /// ([`PostgresOptions::create_schema`]): a missing table is an error.
-    ///
-    /// # Errors
-    /// As [`PostgresStore::from_url`].
-    pub fn open_existing(&self) -> Result<PostgresStore> {
-        let mut store = PostgresStore::from_url(&self.url)?;
-        store.options.create_schema = false;
-        Ok(store)
-    }
-}
-
-impl fmt::Debug for PostgresUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&crate::store::url_parts::redact(&self.url), f)
-    }
 }
 
 /// A parsed URL: tokio-postgres's settings and ours.
@@ -295,54 +186,23 @@ pub(super) struct UrlParts {
 /// here), and parses the rest with tokio-postgres.
 pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
     let url = url.trim();
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(url_error(url, "a PostgreSQL URL starts with postgres://"));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    if scheme != "postgres" && scheme != "postgresql" {
-        return Err(url_error(url, "a PostgreSQL URL starts with postgres://"));
-    }
-    let (base, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let mut table = TableName::default();
+    let split = split_url(
+        url,
+        &["postgres", "postgresql"],
+        "a PostgreSQL URL starts with postgres://",
+        str::to_owned,
+        TableName::new,
+    )?;
     let mut root_cert = None;
     let mut kept: Vec<&str> = Vec::new();
-    // A parameter given twice is refused: "last one wins" would let a
-    // copy-paste slip put two fleets on two tables.
-    let mut seen = std::collections::HashSet::new();
-    for param in query.into_iter().flat_map(|q| q.split('&')) {
-        let (key, value) = param.split_once('=').unwrap_or((param, ""));
-        let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| url_error(url, format!("query parameter {key:?} is not UTF-8")))
-        };
-        let name = decode(key)?;
-        if !param.is_empty() && !seen.insert(name.clone()) {
-            return Err(url_error(
-                url,
-                format!("the parameter {name:?} appears twice"),
-            ));
-        }
+    for (name, param) in split.params {
         match name.as_str() {
-            "table" => {
-                table =
-                    TableName::new(&decode(value)?).map_err(|e| url_error(url, e.to_string()))?
-            }
-            "sslrootcert" => root_cert = Some(std::path::PathBuf::from(decode(value)?)),
-            "sslmode" if decode(value)? == "verify-full" => kept.push("sslmode=require"),
-            _ if param.is_empty() => {}
+            "sslrootcert" => root_cert = Some(std::path::PathBuf::from(param_value(url, param)?)),
+            "sslmode" if param_value(url, param)? == "verify-full" => kept.push("sslmode=require"),
             _ => kept.push(param),
         }
     }
-    let rebuilt = if kept.is_empty() {
-        format!("{scheme}://{base}")
-    } else {
-        format!("{scheme}://{base}?{}", kept.join("&"))
-    };
+    let rebuilt = rebuilt(&split.scheme, split.base, &kept);
     let config = tokio_postgres::Config::from_str(&rebuilt).map_err(|e| {
         url_error(
             url,
@@ -361,7 +221,7 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
     }
     Ok(UrlParts {
         config,
-        table,
+        table: split.table,
         root_cert,
         tls,
     })
@@ -395,6 +255,7 @@ pub(super) fn describe(config: &tokio_postgres::Config) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sql_config::{assert_refused, assert_table_rule};
 
     #[test]
     fn table_names_are_checked() {
@@ -403,7 +264,7 @@ mod tests {
         assert_eq!(t.quoted(), "\"app\".\"leases_2\"");
         assert_eq!(t.sequence_quoted(), "\"app\".\"leases_2_fencing_seq\"");
         assert_eq!(t.channel(), "worklease:app.leases_2");
-        for bad in [
+        let bad = [
             "",
             "Leases",
             "1x",
@@ -413,21 +274,13 @@ mod tests {
             ".x",
             "x.",
             "le ases",
-        ] {
-            let e = TableName::new(bad).unwrap_err().to_string();
-            assert!(e.contains("[a-z_]"), "{bad:?}: {e}");
-        }
-        let long = "t".repeat(MAX_TABLE_NAME_BYTES + 1);
-        assert!(TableName::new(&long)
-            .unwrap_err()
-            .to_string()
-            .contains(&MAX_TABLE_NAME_BYTES.to_string()));
+        ];
+        assert_table_rule(TableName::new, MAX_TABLE_NAME_BYTES, &bad);
         let qualified = format!("{}.{}", "s".repeat(20), "t".repeat(MAX_TABLE_NAME_BYTES));
         assert!(TableName::new(&qualified)
             .unwrap_err()
             .to_string()
             .contains("channel"));
-        assert!(TableName::new(&"t".repeat(MAX_TABLE_NAME_BYTES)).is_ok());
     }
 
     #[test]
@@ -465,16 +318,13 @@ mod tests {
         } else {
             assert!(tls.unwrap_err().to_string().contains("postgres-tls"));
         }
-        for (url, want) in [
+        let refused = [
             ("postgres://u:pw@h/db?table=Bad", "[a-z_]"),
             ("postgres://u:pw@h/db?bogus=1", "bogus"),
             ("postgres://u:pw@h:notaport/db", "port"),
             ("mysql://u:pw@h/db", "postgres://"),
-        ] {
-            let e = parse_url(url).unwrap_err().to_string();
-            assert!(e.contains(want), "{url}: {e}");
-            assert!(!e.contains("pw"), "the password leaked: {e}");
-        }
+        ];
+        assert_refused(parse_url, "pw", &refused);
         let u = PostgresUrl::parse("postgres://u:pw@h/db?table=t").unwrap();
         assert!(!format!("{u:?}").contains("pw"));
         assert_eq!(u.as_str(), "postgres://u:pw@h/db?table=t");

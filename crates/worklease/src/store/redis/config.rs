@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::{InvalidInput, Result};
 use crate::limits::ceil_millis;
+use crate::store::url_parts::query::QueryParams;
 use crate::store::url_parts::{redact, url_error};
 
 use super::keys;
@@ -30,12 +31,18 @@ pub const MAX_WAIT_REPLICAS: u32 = 1_000;
 /// let most leases expire), and `WAIT` blocks its connection meanwhile.
 pub const MAX_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The query parameters of the URL that the store reads itself.
-const OUR_PARAMS: &[&str] = &["prefix", "wait_replicas", "wait_timeout_ms"];
-/// The query parameters passed on to the `redis` crate.
-const CLIENT_PARAMS: &[&str] = &["protocol"];
-/// The TLS parameters (`rediss://` only).
-const TLS_PARAMS: &[&str] = &["cacert", "cert", "key"];
+/// The query parameters of the URL: the store's own, then `protocol`
+/// (passed on to the `redis` crate), then the TLS files (`rediss://`
+/// only).
+const PARAMS: &[&str] = &[
+    "prefix",
+    "wait_replicas",
+    "wait_timeout_ms",
+    "protocol",
+    "cacert",
+    "cert",
+    "key",
+];
 
 /// The `WAIT` every write runs before it counts as done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,61 +180,30 @@ impl RedisConfig {
                  certificates and host names are always verified",
             ));
         }
-        let mut prefix = DEFAULT_PREFIX.to_string();
-        let mut replicas: Option<u64> = None;
-        let mut wait_ms: Option<u64> = None;
-        let mut kept = Vec::new();
+        let mut params =
+            QueryParams::parse(parsed.query_pairs(), PARAMS).map_err(|r| url_error(url, r))?;
+        let prefix = params
+            .take("prefix")
+            .map_or_else(|| DEFAULT_PREFIX.to_string(), |p| p.into_owned());
+        let replicas = params
+            .take("wait_replicas")
+            .map(|n| whole_number("wait_replicas", &n, 1, MAX_WAIT_REPLICAS.into(), ""))
+            .transpose()
+            .map_err(|r| url_error(url, r))?;
+        let max_ms = u64::try_from(MAX_WAIT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        let unit = " (milliseconds; WAIT with 0 would block forever)";
+        let wait_ms = params
+            .take("wait_timeout_ms")
+            .map(|n| whole_number("wait_timeout_ms", &n, 1, max_ms, unit))
+            .transpose()
+            .map_err(|r| url_error(url, r))?;
+        let kept: Vec<(&str, String)> = params
+            .take("protocol")
+            .map(|p| ("protocol", p.into_owned()))
+            .into_iter()
+            .collect();
         // `cacert`, `cert` and `key`, percent-decoded.
-        let mut files: [Option<String>; 3] = [None, None, None];
-        // A parameter given twice is refused: "last one wins" would let a
-        // copy-paste slip put two fleets under two prefixes.
-        let mut seen = std::collections::HashSet::new();
-        for (key, value) in parsed.query_pairs() {
-            if !seen.insert(key.clone().into_owned()) {
-                return Err(url_error(
-                    url,
-                    format!("the parameter {key:?} appears twice"),
-                ));
-            }
-            match key.as_ref() {
-                "prefix" => prefix = value.into_owned(),
-                "wait_replicas" => {
-                    replicas = Some(
-                        whole_number(&key, &value, 1, MAX_WAIT_REPLICAS.into(), "")
-                            .map_err(|r| url_error(url, r))?,
-                    )
-                }
-                "wait_timeout_ms" => {
-                    let max = u64::try_from(MAX_WAIT_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
-                    let unit = " (milliseconds; WAIT with 0 would block forever)";
-                    wait_ms = Some(
-                        whole_number(&key, &value, 1, max, unit).map_err(|r| url_error(url, r))?,
-                    )
-                }
-                k if TLS_PARAMS.contains(&k) => {
-                    let i = TLS_PARAMS.iter().position(|p| *p == k).unwrap_or(0);
-                    files[i] = Some(value.into_owned());
-                }
-                k if CLIENT_PARAMS.contains(&k) => {
-                    kept.push((key.into_owned(), value.into_owned()))
-                }
-                other => {
-                    return Err(url_error(
-                        url,
-                        format!(
-                            "unknown parameter {other:?}: the accepted ones are {}",
-                            OUR_PARAMS
-                                .iter()
-                                .chain(CLIENT_PARAMS)
-                                .chain(TLS_PARAMS)
-                                .copied()
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ))
-                }
-            }
-        }
+        let files = ["cacert", "cert", "key"].map(|name| params.take(name).map(|p| p.into_owned()));
         if !tls && files.iter().any(Option::is_some) {
             return Err(url_error(
                 url,
