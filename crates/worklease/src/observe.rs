@@ -149,6 +149,20 @@ impl LeaseObserver for NoopObserver {}
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TracingObserver;
 
+/// One `tracing` event of [`TracingObserver`] about `token`'s lease, at
+/// `level`: the target and the lease's identity (work ID, fencing token)
+/// that every such event carries, then the event's own fields and message.
+macro_rules! lease_event {
+    ($level:ident, $token:expr, $($fields_and_message:tt)+) => {
+        tracing::$level!(
+            target: "worklease::observe",
+            work_id = %$token.work_id,
+            fencing_token = $token.fencing_token,
+            $($fields_and_message)+
+        )
+    };
+}
+
 impl LeaseObserver for TracingObserver {
     fn on_acquire(&self, event: &AcquireEvent<'_>) {
         match (event.token, event.error) {
@@ -173,93 +187,52 @@ impl LeaseObserver for TracingObserver {
     }
 
     fn on_renew(&self, event: &RenewEvent<'_>) {
+        let (token, attempt, duration) = (event.token, event.attempt, event.duration);
         match event.error {
-            None => tracing::debug!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                attempt = event.attempt,
-                duration = ?event.duration,
-                "renewed"
-            ),
-            Some(error) => tracing::warn!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                attempt = event.attempt,
-                duration = ?event.duration,
-                %error,
-                "renewal failed"
+            None => lease_event!(debug, token, attempt, duration = ?duration, "renewed"),
+            Some(error) => lease_event!(
+                warn, token, attempt, duration = ?duration, %error, "renewal failed"
             ),
         }
     }
 
     fn on_checkpoint(&self, event: &CheckpointEvent<'_>) {
+        let (token, size) = (event.token, event.size);
         match event.error {
-            None => tracing::debug!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                size = event.size,
-                duration = ?event.duration,
-                "checkpoint written"
+            None => lease_event!(
+                debug, token, size, duration = ?event.duration, "checkpoint written"
             ),
-            Some(error) => tracing::warn!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                size = event.size,
-                %error,
-                "checkpoint failed"
-            ),
+            Some(error) => lease_event!(warn, token, size, %error, "checkpoint failed"),
         }
     }
 
     fn on_read_checkpoint(&self, event: &ReadCheckpointEvent<'_>) {
+        let token = event.token;
         match event.error {
-            None => tracing::debug!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
+            None => lease_event!(
+                debug,
+                token,
                 size = event.size,
                 clean_handoff = event.clean_handoff,
                 duration = ?event.duration,
                 "checkpoint read"
             ),
-            Some(error) => tracing::warn!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                %error,
-                "checkpoint read failed"
-            ),
+            Some(error) => lease_event!(warn, token, %error, "checkpoint read failed"),
         }
     }
 
     fn on_release(&self, event: &ReleaseEvent<'_>) {
+        let token = event.token;
         match event.error {
-            None => tracing::debug!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                duration = ?event.duration,
-                "released"
-            ),
-            Some(error) => tracing::warn!(
-                target: "worklease::observe",
-                work_id = %event.token.work_id,
-                fencing_token = event.token.fencing_token,
-                %error,
-                "release failed"
-            ),
+            None => lease_event!(debug, token, duration = ?event.duration, "released"),
+            Some(error) => lease_event!(warn, token, %error, "release failed"),
         }
     }
 
     fn on_fenced(&self, event: &FencedEvent<'_>) {
-        tracing::warn!(
-            target: "worklease::observe",
-            work_id = %event.token.work_id,
-            fencing_token = event.token.fencing_token,
+        lease_event!(
+            warn,
+            event.token,
             operation = ?event.operation,
             error = %event.error,
             "fenced: another holder took the lease, or it was revoked"

@@ -199,30 +199,13 @@ impl Leases {
         ids: &[WorkId],
         options: AcquireOptions,
     ) -> Result<Token> {
-        let store = self.inner.store.kind();
-        let span = tracing::info_span!(
-            "worklease.acquire",
-            work_id = ids[0].as_str(),
-            holder = %self.inner.holder_id,
-            store,
-            wait = options.waits(),
-            fencing_token = Empty,
-            outcome = Empty,
-            duration_ms = Empty,
-        );
-        let started = Instant::now();
-        let result = self
-            .acquire_first(ids, options)
-            .instrument(span.clone())
-            .await;
-        finish_span(
-            &span,
-            started,
-            &result,
-            result.as_ref().ok().map(|t| t.fencing_token),
-        );
-        m::count(m::ACQUISITIONS_TOTAL, store, &result);
-        result
+        self.traced_acquisition(
+            ids[0].as_str(),
+            options.waits(),
+            self.acquire_first(ids, options),
+            |t| t.fencing_token,
+        )
+        .await
     }
 
     /// Renews each of `tokens` (Go: `Renew`, for many), one store call per

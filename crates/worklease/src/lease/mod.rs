@@ -290,19 +290,8 @@ impl Leases {
         work_id: &str,
         options: AcquireOptions,
     ) -> Result<(Token, Option<Handoff>)> {
-        let store = self.inner.store.kind();
-        let span = tracing::info_span!(
-            "worklease.acquire",
-            work_id,
-            holder = %self.inner.holder_id,
-            store,
-            wait = options.wait,
-            fencing_token = Empty,
-            outcome = Empty,
-            duration_ms = Empty,
-        );
-        let started = Instant::now();
-        let result = async {
+        let wait = options.wait;
+        let acquisition = async {
             let work_id = crate::internal::user_work_id(work_id)?;
             if options.fair {
                 let id = work_id.clone();
@@ -321,14 +310,40 @@ impl Leases {
             self.acquire_granted(std::slice::from_ref(&work_id), options)
                 .await
                 .map(|(token, handoff)| (token, Some(handoff)))
-        }
-        .instrument(span.clone())
-        .await;
+        };
+        self.traced_acquisition(work_id, wait, acquisition, |(t, _)| t.fencing_token)
+            .await
+    }
+
+    /// Runs `acquisition` of `work_id` (for several, the first) in the
+    /// span `worklease.acquire`, then records its outcome there (with the
+    /// token `fencing_token` reads from a grant) and in the acquisition
+    /// metrics.
+    pub(crate) async fn traced_acquisition<T>(
+        &self,
+        work_id: &str,
+        wait: bool,
+        acquisition: impl std::future::Future<Output = Result<T>>,
+        fencing_token: impl FnOnce(&T) -> u64,
+    ) -> Result<T> {
+        let store = self.inner.store.kind();
+        let span = tracing::info_span!(
+            "worklease.acquire",
+            work_id,
+            holder = %self.inner.holder_id,
+            store,
+            wait,
+            fencing_token = Empty,
+            outcome = Empty,
+            duration_ms = Empty,
+        );
+        let started = Instant::now();
+        let result = acquisition.instrument(span.clone()).await;
         finish_span(
             &span,
             started,
             &result,
-            result.as_ref().ok().map(|(t, _)| t.fencing_token),
+            result.as_ref().ok().map(fencing_token),
         );
         m::count(m::ACQUISITIONS_TOTAL, store, &result);
         result

@@ -82,3 +82,51 @@ pub async fn acquire_each<S: LeaseStore + ?Sized>(
     }
     Ok(out)
 }
+
+/// Renewal verdicts as [`LeaseStore::renew_many`] answers them: each
+/// renewed lease's new wall-clock expiry (`ttl` from now, read once the
+/// store has answered), each refused one's error.
+pub(crate) fn renewed(verdicts: Vec<Result<()>>, ttl: Duration) -> Vec<Result<SystemTime>> {
+    let expires_at = SystemTime::now() + ttl;
+    verdicts
+        .into_iter()
+        .map(|r| r.map(|()| expires_at))
+        .collect()
+}
+
+/// The work IDs of `leases` whose release succeeded (`outcomes` in the
+/// order of `leases`): those whose waiters a store wakes after a batch
+/// release.
+pub(crate) fn released<'a>(
+    leases: &'a [LeaseRef<'_>],
+    outcomes: &'a [Result<()>],
+) -> impl Iterator<Item = &'a WorkId> {
+    leases
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(l, _)| l.work_id)
+}
+
+/// Acquires `work_ids` one after another, in order, until `max` are
+/// granted, within one step of a store (under its lock, in one
+/// transaction): the outcomes of the work IDs tried, a prefix of
+/// `work_ids`. `acquire` answers one work ID's outcome, or an error that
+/// fails the whole batch.
+pub(crate) fn acquire_in_turn(
+    work_ids: &[WorkId],
+    max: usize,
+    mut acquire: impl FnMut(&WorkId) -> Result<Result<Grant>>,
+) -> Result<Vec<Result<Grant>>> {
+    let mut out = Vec::new();
+    let mut granted = 0;
+    for id in work_ids {
+        if granted == max {
+            break;
+        }
+        let r = acquire(id)?;
+        granted += usize::from(r.is_ok());
+        out.push(r);
+    }
+    Ok(out)
+}

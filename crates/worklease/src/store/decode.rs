@@ -87,6 +87,22 @@ pub(crate) fn previous(
     }
 }
 
+/// What every decoded lease must be, whatever the store: a valid holder,
+/// a fencing token of at least 1, a predecessor of the same kind, an end
+/// exactly when it is expired, and no time left when it is (the fuzz
+/// targets of the stores' decoders check it, `crate::fuzz`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn check_info(info: &crate::store::LeaseInfo) {
+    assert!(HolderId::new(info.holder_id.as_str()).is_ok(), "{info:?}");
+    assert!(info.fencing_token > 0, "{info:?}");
+    if let Some(p) = &info.handoff.previous {
+        assert!(HolderId::new(p.holder_id.as_str()).is_ok(), "{info:?}");
+        assert!(p.fencing_token > 0, "{info:?}");
+    }
+    assert!(!info.expired || info.expires_in.is_none(), "{info:?}");
+    assert_eq!(info.expired, info.ended.is_some(), "{info:?}");
+}
+
 #[cfg(all(test, feature = "sqlite", feature = "redis"))]
 mod tests {
     use super::*;

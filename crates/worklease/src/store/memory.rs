@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
+use crate::store::batch;
 use crate::store::notify::Watchers;
 use crate::store::record::{self, Phase, Record};
 use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
@@ -190,17 +191,7 @@ impl LeaseStore for MemoryStore {
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
         let mut st = self.lock()?;
-        let mut out = Vec::new();
-        let mut granted = 0;
-        for id in work_ids {
-            if granted == max {
-                break;
-            }
-            let r = st.acquire(id, holder_id, ttl);
-            granted += usize::from(r.is_ok());
-            out.push(r);
-        }
-        Ok(out)
+        batch::acquire_in_turn(work_ids, max, |id| Ok(st.acquire(id, holder_id, ttl)))
     }
 
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
@@ -208,10 +199,8 @@ impl LeaseStore for MemoryStore {
             let mut st = self.lock()?;
             leases.iter().map(|l| st.release(*l)).collect()
         };
-        for (l, r) in leases.iter().zip(&out) {
-            if r.is_ok() {
-                self.watchers.notify(l.work_id);
-            }
+        for work_id in batch::released(leases, &out) {
+            self.watchers.notify(work_id);
         }
         Ok(out)
     }

@@ -36,28 +36,6 @@ fn structured<'a, T: arbitrary::Arbitrary<'a>>(data: &'a [u8]) -> Option<T> {
     arbitrary::Unstructured::new(data).arbitrary().ok()
 }
 
-/// What every decoded lease must be, whatever the store: a valid holder,
-/// a fencing token of at least 1, a predecessor of the same kind, an end
-/// exactly when it is expired, and no time left when it is.
-#[cfg(any(
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "redis",
-    feature = "etcd"
-))]
-fn check_info(info: &crate::store::LeaseInfo) {
-    use crate::limits::HolderId;
-    assert!(HolderId::new(info.holder_id.as_str()).is_ok(), "{info:?}");
-    assert!(info.fencing_token > 0, "{info:?}");
-    if let Some(p) = &info.handoff.previous {
-        assert!(HolderId::new(p.holder_id.as_str()).is_ok(), "{info:?}");
-        assert!(p.fencing_token > 0, "{info:?}");
-    }
-    assert!(!info.expired || info.expires_in.is_none(), "{info:?}");
-    assert_eq!(info.expired, info.ended.is_some(), "{info:?}");
-}
-
 /// `Token::from_str`: a parsed token prints to a text form that parses to
 /// the same token.
 pub fn token(data: &[u8]) {
@@ -144,7 +122,7 @@ pub fn sqlite_row(data: &[u8]) {
     let now = crate::store::sqlite::ClockReading { epoch, millis };
     let work_id = WorkId::new("fuzz").expect("a valid work ID");
     match crate::store::sqlite::fuzz_row(columns, work_id, &now) {
-        Ok(info) => check_info(&info),
+        Ok(info) => crate::store::decode::check_info(&info),
         Err(corrupt) => assert!(!corrupt.field.is_empty()),
     }
 }
@@ -158,7 +136,7 @@ pub fn sql_row(data: &[u8]) {
         return;
     };
     match columns.into_info("fuzz") {
-        Ok(info) => check_info(&info),
+        Ok(info) => crate::store::decode::check_info(&info),
         Err(e) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
     }
 }
@@ -169,7 +147,7 @@ pub fn sql_row(data: &[u8]) {
 #[cfg(feature = "redis")]
 pub fn redis_reply(data: &[u8]) {
     match crate::store::redis::fuzz_lease_info(data) {
-        Some(Ok(info)) => check_info(&info),
+        Some(Ok(info)) => crate::store::decode::check_info(&info),
         Some(Err(e)) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
         None => {}
     }
@@ -196,7 +174,7 @@ pub fn etcd_values(data: &[u8]) {
     let acq = lines.next().unwrap_or_default();
     let state = lines.next().map(|v| (v.as_bytes(), state_rev));
     match crate::store::etcd::fuzz_values((acq.as_bytes(), acq_rev), state) {
-        Ok(Some(info)) => check_info(&info),
+        Ok(Some(info)) => crate::store::decode::check_info(&info),
         Ok(None) => panic!("a decoded acquisition describes a lease"),
         Err(e) => assert!(matches!(e, crate::Error::Store(_)), "{e}"),
     }

@@ -1,4 +1,5 @@
-//! The batch operations: renewal and release are ONE locking read and ONE
+//! The batch operations' JSON (their entry points are in `ops.rs`):
+//! renewal and release are ONE locking read and ONE
 //! `UPDATE` over all the leases (a JSON array turned into rows by
 //! `JSON_TABLE`) inside one procedure; acquisition is one procedure that
 //! decides the work IDs one after another in one transaction. Each is one
@@ -9,12 +10,12 @@ use std::time::Duration;
 use mysql_async::Params;
 
 use crate::error::{Result, StoreError};
-use crate::limits::{HolderId, WorkId};
+use crate::limits::WorkId;
 use crate::store::sql_rows::check_verdict;
 use crate::store::{Grant, LeaseRef};
 
 use super::conn::get;
-use super::ops::{acquired, ttl_millis, Outcome};
+use super::ops::{acquired, Outcome};
 use super::{MysqlStore, KIND};
 
 /// The most leases one batch call names ([`crate::LeaseStore::max_batch`]).
@@ -27,7 +28,7 @@ use super::{MysqlStore, KIND};
 /// `max_allowed_packet` (MariaDB's 16 MiB).
 pub const MAX_BATCH: usize = 1_000;
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
+pub(super) fn encode<T: serde::Serialize>(value: &T) -> Result<String> {
     serde_json::to_string(value)
         .map_err(|e| StoreError::with_source(KIND, "cannot encode a batch as JSON", e).into())
 }
@@ -82,51 +83,35 @@ impl MysqlStore {
         }
         Ok(out.into_iter().flatten().collect())
     }
+}
 
-    /// Acquires up to `max` of `work_ids` in order: one procedure call, one
-    /// transaction, the outcomes of the work IDs tried.
-    pub(super) async fn acquire_batch(
-        &self,
-        work_ids: &[WorkId],
-        holder_id: &HolderId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Vec<Result<Grant>>> {
-        if work_ids.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        let ttl_ms = ttl_millis(ttl)?;
-        let ids: Vec<&str> = work_ids.iter().map(WorkId::as_str).collect();
-        let max = u32::try_from(max).unwrap_or(u32::MAX);
-        let params = Params::from((encode(&ids)?, holder_id.as_str(), ttl_ms, max));
-        let rows = self
-            .query(&self.sql.acquire_many, params, "cannot acquire")
-            .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| StoreError::new(KIND, "acquire many: no answer row"))?;
-        let text: String = get(row, 0)?;
-        let raw: Vec<[serde_json::Value; 6]> = serde_json::from_str(&text).map_err(|e| {
-            StoreError::with_source(KIND, "acquire many: the answer is not the expected JSON", e)
-        })?;
-        let outcomes = raw.into_iter().map(outcome).collect::<Result<Vec<_>>>()?;
-        if outcomes.len() > work_ids.len() {
-            return Err(StoreError::new(
-                KIND,
-                format!(
-                    "acquire many: {} outcomes for {} work IDs",
-                    outcomes.len(),
-                    work_ids.len()
-                ),
-            )
-            .into());
-        }
-        Ok(outcomes
-            .into_iter()
-            .zip(work_ids)
-            .map(|(o, work_id)| acquired(o, work_id, ttl))
-            .collect())
+/// The outcomes of `acquire_many` from the procedure's JSON answer
+/// (`text`): one per work ID tried, in the order of `work_ids`.
+pub(super) fn acquisitions(
+    text: &str,
+    work_ids: &[WorkId],
+    ttl: Duration,
+) -> Result<Vec<Result<Grant>>> {
+    let raw: Vec<[serde_json::Value; 6]> = serde_json::from_str(text).map_err(|e| {
+        StoreError::with_source(KIND, "acquire many: the answer is not the expected JSON", e)
+    })?;
+    let outcomes = raw.into_iter().map(outcome).collect::<Result<Vec<_>>>()?;
+    if outcomes.len() > work_ids.len() {
+        return Err(StoreError::new(
+            KIND,
+            format!(
+                "acquire many: {} outcomes for {} work IDs",
+                outcomes.len(),
+                work_ids.len()
+            ),
+        )
+        .into());
     }
+    Ok(outcomes
+        .into_iter()
+        .zip(work_ids)
+        .map(|(o, work_id)| acquired(o, work_id, ttl))
+        .collect())
 }
 
 /// One acquisition's outcome from its JSON array. MariaDB writes the

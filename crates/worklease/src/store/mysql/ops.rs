@@ -1,5 +1,5 @@
 //! The [`LeaseStore`] operations, each one round trip (a `CALL` of the
-//! table's procedure, or one read; the batches are in `batch.rs`), and
+//! table's procedure, or one read; the batches' JSON in `batch.rs`), and
 //! the decoding of their rows.
 
 use std::time::{Duration, SystemTime};
@@ -10,9 +10,11 @@ use mysql_async::{Params, Row, Value};
 
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
+use crate::store::batch;
 use crate::store::sql_rows::{check_verdict, previous, InfoColumns};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
 
+use super::batch::{acquisitions, encode};
 use super::conn::get;
 use super::{MysqlStore, KIND, MAX_BATCH};
 
@@ -235,10 +237,11 @@ impl LeaseStore for MysqlStore {
         let out = self
             .update_many(leases, ttl_ms, "renew", "cannot renew")
             .await?;
-        let now = SystemTime::now();
-        Ok(out.into_iter().map(|r| r.map(|()| now + ttl)).collect())
+        Ok(batch::renewed(out, ttl))
     }
 
+    /// Acquires up to `max` of `work_ids` in order: one procedure call, one
+    /// transaction, the outcomes of the work IDs tried.
     async fn acquire_many(
         &self,
         work_ids: &[WorkId],
@@ -246,7 +249,21 @@ impl LeaseStore for MysqlStore {
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        self.acquire_batch(work_ids, holder_id, ttl, max).await
+        if work_ids.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        let ttl_ms = ttl_millis(ttl)?;
+        let ids: Vec<&str> = work_ids.iter().map(WorkId::as_str).collect();
+        let max = u32::try_from(max).unwrap_or(u32::MAX);
+        let params = Params::from((encode(&ids)?, holder_id.as_str(), ttl_ms, max));
+        let rows = self
+            .query(&self.sql.acquire_many, params, "cannot acquire")
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| StoreError::new(KIND, "acquire many: no answer row"))?;
+        let text: String = get(row, 0)?;
+        acquisitions(&text, work_ids, ttl)
     }
 
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {

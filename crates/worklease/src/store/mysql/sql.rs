@@ -41,6 +41,10 @@ fn verdict(
     )
 }
 
+/// The columns [`verdict`] reads of the lease table aliased `l`.
+const LEASE_ROW: (&str, &str, &str, &str) =
+    ("l.holder_id", "l.fencing_token", "l.phase", "l.expires_at");
+
 /// The leases of a batch, from the JSON array `p` of `[work_id, holder_id,
 /// fencing_token]`, with their position `ord` (from 1).
 fn leases_json(p: &str) -> String {
@@ -254,12 +258,7 @@ impl Sql {
         // locking read, one verdict read and ONE update over all of them;
         // the verdicts as one string, a letter per lease in order.
         let update_many = proc_name("update_many");
-        let many_verdict = verdict(
-            ("l.holder_id", "l.fencing_token", "l.phase", "l.expires_at"),
-            "j.holder_id",
-            "j.fencing_token",
-            "v_now",
-        );
+        let many_verdict = verdict(LEASE_ROW, "j.holder_id", "j.fencing_token", "v_now");
         let live = "l.holder_id = j.holder_id AND l.fencing_token = j.fencing_token \
                     AND l.phase = 'held' AND l.expires_at >= v_now";
         let j = leases_json("p_leases");
@@ -316,14 +315,11 @@ impl Sql {
              END"
         );
         let now = "UTC_TIMESTAMP(6)";
-        let read_verdict = verdict(
-            ("l.holder_id", "l.fencing_token", "l.phase", "l.expires_at"),
-            "?",
-            "?",
-            now,
-        );
+        // The verdict of the lease named by the statement's parameters
+        // (holder, token), read and locked alike.
+        let named_verdict = verdict(LEASE_ROW, "?", "?", now);
         let read = format!(
-            "SELECT {read_verdict}, l.checkpoint, l.prev_holder_id, l.prev_fencing_token, \
+            "SELECT {named_verdict}, l.checkpoint, l.prev_holder_id, l.prev_fencing_token, \
                     CAST(l.prev_end AS CHAR) \
              FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS l ON l.work_id = ?"
         );
@@ -334,14 +330,8 @@ impl Sql {
              ORDER BY l.work_id",
             info_cols(now)
         );
-        let lock_verdict = verdict(
-            ("l.holder_id", "l.fencing_token", "l.phase", "l.expires_at"),
-            "?",
-            "?",
-            now,
-        );
         let lock_current = format!(
-            "SELECT {lock_verdict} FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS l \
+            "SELECT {named_verdict} FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS l \
              ON l.work_id = ? LOCK IN SHARE MODE"
         );
         let call = |name: &str, n: usize| {

@@ -1,16 +1,13 @@
-//! The batch operations: each ONE statement over arrays (`unnest`), so a
-//! batch of up to [`MAX_BATCH`] leases costs one round trip (see the
-//! module docs' "Batches").
-
-use std::time::{Duration, SystemTime};
+//! What the batch operations (in `ops.rs`) share: each is ONE statement
+//! over arrays (`unnest`), so a batch of up to [`MAX_BATCH`] leases costs
+//! one round trip (see the module docs' "Batches").
 
 use tokio_postgres::types::ToSql;
 
 use crate::error::Result;
-use crate::limits::{HolderId, WorkId};
-use crate::store::{Grant, LeaseRef};
+use crate::store::LeaseRef;
 
-use super::ops::{kept_racing, ttl_millis, verdicts, ATTEMPTS};
+use super::ops::verdicts;
 use super::PostgresStore;
 
 /// The most leases one batch statement names ([`crate::LeaseStore::max_batch`]).
@@ -40,7 +37,7 @@ fn token_param(lease: &LeaseRef<'_>) -> i64 {
 impl PostgresStore {
     /// Runs the batch form of renew or release (`sql`, with `extra` as
     /// `$4`) and maps each lease's verdict.
-    async fn update_many(
+    pub(super) async fn update_many(
         &self,
         sql: &str,
         leases: &[LeaseRef<'_>],
@@ -54,111 +51,5 @@ impl PostgresStore {
             .query(sql, &[&work_ids, &holders, &tokens, extra], context)
             .await?;
         verdicts(&rows, leases, context)
-    }
-
-    pub(super) async fn renew_batch(
-        &self,
-        leases: &[LeaseRef<'_>],
-        ttl: Duration,
-    ) -> Result<Vec<Result<SystemTime>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ttl_ms = ttl_millis(ttl)?;
-        let out = self
-            .update_many(&self.sql.renew_many, leases, &ttl_ms, "cannot renew")
-            .await?;
-        let now = SystemTime::now();
-        Ok(out.into_iter().map(|r| r.map(|()| now + ttl)).collect())
-    }
-
-    pub(super) async fn release_batch(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let channel = self.channel.as_str();
-        let out = self
-            .update_many(&self.sql.release_many, leases, &channel, "cannot release")
-            .await?;
-        // Waiters of these values need not wait for the notifications' trip.
-        for (lease, r) in leases.iter().zip(&out) {
-            if r.is_ok() {
-                self.shared.notify(lease.work_id);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Acquires up to `max` of `work_ids` in order, one statement for the
-    /// whole list. A work ID whose row a concurrent first acquisition
-    /// inserted after the statement began is left undecided by it; the
-    /// undecided ones, then the untried rest, go to one more statement
-    /// (with `max` less the grants so far), as the single acquisition runs
-    /// its statement again. The undecided ones come first and number at
-    /// most that `max`, so each is tried again before any untried one is
-    /// granted, and the outcomes stay a prefix of `work_ids` in order.
-    pub(super) async fn acquire_batch(
-        &self,
-        work_ids: &[WorkId],
-        holder_id: &HolderId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Vec<Result<Grant>>> {
-        if work_ids.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        let ttl_ms = ttl_millis(ttl)?;
-        let mut outcomes: Vec<Option<Result<Grant>>> = work_ids.iter().map(|_| None).collect();
-        // The positions in `work_ids` the next statement tries, in order.
-        let mut pending: Vec<usize> = (0..work_ids.len()).collect();
-        let mut granted = 0;
-        // Statements in a row that decided nothing.
-        let mut idle = 0;
-        loop {
-            let ids: Vec<&str> = pending.iter().map(|&i| work_ids[i].as_str()).collect();
-            // As in the single acquisition: a waiter marks a held lease as
-            // wanted, so that its release notifies.
-            let waiting: Vec<bool> = pending
-                .iter()
-                .map(|&i| self.shared.is_watched(&work_ids[i]))
-                .collect();
-            let left = i64::try_from(max - granted).unwrap_or(i64::MAX);
-            let rows = self
-                .query(
-                    &self.sql.acquire_many,
-                    &[&ids, &holder_id.as_str(), &ttl_ms, &waiting, &left],
-                    "cannot acquire",
-                )
-                .await?;
-            let mut undecided = Vec::new();
-            for (row, &i) in rows.iter().zip(&pending) {
-                match self.acquired(row, &work_ids[i], ttl)? {
-                    Some(outcome) => {
-                        granted += usize::from(outcome.is_ok());
-                        outcomes[i] = Some(outcome);
-                    }
-                    None => undecided.push(i),
-                }
-            }
-            if undecided.is_empty() {
-                // Every work ID tried was decided: the statement stopped at
-                // `max` grants or at the end of the list.
-                break;
-            }
-            idle = if undecided.len() == rows.len() {
-                idle + 1
-            } else {
-                0
-            };
-            if idle == ATTEMPTS {
-                for i in undecided {
-                    outcomes[i] = Some(Err(kept_racing(&work_ids[i])));
-                }
-                break;
-            }
-            undecided.extend_from_slice(&pending[rows.len().min(pending.len())..]);
-            pending = undecided;
-        }
-        Ok(outcomes.into_iter().map_while(|o| o).collect())
     }
 }

@@ -1,5 +1,6 @@
 //! The [`LeaseStore`] operations (each one statement, but `watch`; the
-//! batches are in `batch.rs`) and the decoding of their rows.
+//! batches' array parameters are built in `batch.rs`) and the decoding of
+//! their rows.
 
 use std::time::{Duration, SystemTime};
 
@@ -11,6 +12,7 @@ use tokio_postgres::Row;
 
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
+use crate::store::batch;
 use crate::store::sql_rows::{self, check_verdict, corrupt, InfoColumns};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
 
@@ -63,10 +65,10 @@ fn info_from(row: &Row) -> Result<LeaseInfo> {
 /// first acquisition of the work ID leaves it nothing to report (the
 /// winner's row is not in its snapshot: the statement changed nothing for
 /// that work ID then, and is run again).
-pub(super) const ATTEMPTS: usize = 3;
+const ATTEMPTS: usize = 3;
 
 /// The error of an acquisition that ran out of [`ATTEMPTS`].
-pub(super) fn kept_racing(work_id: &WorkId) -> Error {
+fn kept_racing(work_id: &WorkId) -> Error {
     StoreError::new(
         KIND,
         format!("acquisition of {work_id:?} kept racing concurrent first acquisitions"),
@@ -107,7 +109,7 @@ impl PostgresStore {
     /// (the waiters' interest in the work ID then ends), `Held`, or `None`
     /// when the statement decided nothing for the work ID (see
     /// [`ATTEMPTS`]).
-    pub(super) fn acquired(
+    fn acquired(
         &self,
         row: &Row,
         work_id: &WorkId,
@@ -249,9 +251,24 @@ impl LeaseStore for PostgresStore {
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        self.renew_batch(leases, ttl).await
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ttl_ms = ttl_millis(ttl)?;
+        let out = self
+            .update_many(&self.sql.renew_many, leases, &ttl_ms, "cannot renew")
+            .await?;
+        Ok(batch::renewed(out, ttl))
     }
 
+    /// Acquires up to `max` of `work_ids` in order, one statement for the
+    /// whole list. A work ID whose row a concurrent first acquisition
+    /// inserted after the statement began is left undecided by it; the
+    /// undecided ones, then the untried rest, go to one more statement
+    /// (with `max` less the grants so far), as the single acquisition runs
+    /// its statement again. The undecided ones come first and number at
+    /// most that `max`, so each is tried again before any untried one is
+    /// granted, and the outcomes stay a prefix of `work_ids` in order.
     async fn acquire_many(
         &self,
         work_ids: &[WorkId],
@@ -259,11 +276,77 @@ impl LeaseStore for PostgresStore {
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        self.acquire_batch(work_ids, holder_id, ttl, max).await
+        if work_ids.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        let ttl_ms = ttl_millis(ttl)?;
+        let mut outcomes: Vec<Option<Result<Grant>>> = work_ids.iter().map(|_| None).collect();
+        // The positions in `work_ids` the next statement tries, in order.
+        let mut pending: Vec<usize> = (0..work_ids.len()).collect();
+        let mut granted = 0;
+        // Statements in a row that decided nothing.
+        let mut idle = 0;
+        loop {
+            let ids: Vec<&str> = pending.iter().map(|&i| work_ids[i].as_str()).collect();
+            // As in the single acquisition: a waiter marks a held lease as
+            // wanted, so that its release notifies.
+            let waiting: Vec<bool> = pending
+                .iter()
+                .map(|&i| self.shared.is_watched(&work_ids[i]))
+                .collect();
+            let left = i64::try_from(max - granted).unwrap_or(i64::MAX);
+            let rows = self
+                .query(
+                    &self.sql.acquire_many,
+                    &[&ids, &holder_id.as_str(), &ttl_ms, &waiting, &left],
+                    "cannot acquire",
+                )
+                .await?;
+            let mut undecided = Vec::new();
+            for (row, &i) in rows.iter().zip(&pending) {
+                match self.acquired(row, &work_ids[i], ttl)? {
+                    Some(outcome) => {
+                        granted += usize::from(outcome.is_ok());
+                        outcomes[i] = Some(outcome);
+                    }
+                    None => undecided.push(i),
+                }
+            }
+            if undecided.is_empty() {
+                // Every work ID tried was decided: the statement stopped at
+                // `max` grants or at the end of the list.
+                break;
+            }
+            idle = if undecided.len() == rows.len() {
+                idle + 1
+            } else {
+                0
+            };
+            if idle == ATTEMPTS {
+                for i in undecided {
+                    outcomes[i] = Some(Err(kept_racing(&work_ids[i])));
+                }
+                break;
+            }
+            undecided.extend_from_slice(&pending[rows.len().min(pending.len())..]);
+            pending = undecided;
+        }
+        Ok(outcomes.into_iter().map_while(|o| o).collect())
     }
 
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        self.release_batch(leases).await
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let channel = self.channel.as_str();
+        let out = self
+            .update_many(&self.sql.release_many, leases, &channel, "cannot release")
+            .await?;
+        // Waiters of these values need not wait for the notifications' trip.
+        for work_id in batch::released(leases, &out) {
+            self.shared.notify(work_id);
+        }
+        Ok(out)
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {

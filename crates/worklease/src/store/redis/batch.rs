@@ -1,4 +1,6 @@
-//! The batch operations: each one call of a batch script whose `KEYS` are
+//! The batch operations' script calls (their entry points, which split a
+//! batch by hash slot on a Cluster, are in `ops.rs`): each one call of a
+//! batch script whose `KEYS` are
 //! every key of every lease in the batch, and whose reply holds each
 //! lease's reply in the single script's encoding (the batch and single
 //! scripts call the same functions of `common.lua`).
@@ -24,49 +26,15 @@ use super::RedisStore;
 pub const MAX_BATCH: usize = 100;
 
 impl RedisStore {
-    /// `acquire_many` on a Cluster: one call per run of consecutive work
-    /// IDs in one hash slot (a script names keys of one slot only), in
-    /// order, each with the grants still wanted; elsewhere one call.
-    pub(super) async fn acquire_batch(
-        &self,
-        work_ids: &[WorkId],
-        holder_id: &HolderId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Vec<Result<Grant>>> {
-        if !self.is_cluster() {
-            return self.acquire_slot(work_ids, holder_id, ttl, max).await;
-        }
-        let mut out = Vec::new();
-        let mut granted = 0;
-        let mut start = 0;
-        while start < work_ids.len() && granted < max {
-            let slot = slot_of(&work_ids[start]);
-            let end = (start..work_ids.len())
-                .find(|&i| slot_of(&work_ids[i]) != slot)
-                .unwrap_or(work_ids.len());
-            let part = self
-                .acquire_slot(&work_ids[start..end], holder_id, ttl, max - granted)
-                .await?;
-            granted += part.iter().filter(|r| r.is_ok()).count();
-            out.extend(part);
-            start = end;
-        }
-        Ok(out)
-    }
-
     /// `acquire_many` of work IDs in one slot: one `acquire_many.lua` call
     /// (and one `WAIT` after it with a replica wait).
-    async fn acquire_slot(
+    pub(super) async fn acquire_slot(
         &self,
         work_ids: &[WorkId],
         holder_id: &HolderId,
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        if work_ids.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
         let mut inv = SCRIPTS.acquire_many.prepare_invoke();
         inv.arg(holder_id.as_str()).arg(ceil_millis(ttl)).arg(max);
         let mut keys = KeyWriter::new(&self.config.prefix);
@@ -86,34 +54,12 @@ impl RedisStore {
         .await
     }
 
-    /// `renew_many`: one call per hash slot on a Cluster, else one call.
-    pub(super) async fn renew_batch(
-        &self,
-        leases: &[LeaseRef<'_>],
-        ttl: Duration,
-    ) -> Result<Vec<Result<SystemTime>>> {
-        let Some(groups) = self.slot_groups(leases) else {
-            return self.renew_slot(leases, ttl).await;
-        };
-        let mut out: Vec<Option<Result<SystemTime>>> = leases.iter().map(|_| None).collect();
-        for group in groups {
-            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
-            for (i, r) in group.into_iter().zip(self.renew_slot(&part, ttl).await?) {
-                out[i] = Some(r);
-            }
-        }
-        Ok(out.into_iter().map(missing).collect())
-    }
-
     /// `renew_many` of leases in one slot: one `renew_many.lua` call.
-    async fn renew_slot(
+    pub(super) async fn renew_slot(
         &self,
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
         let mut inv = SCRIPTS.renew_many.prepare_invoke();
         inv.arg(ceil_millis(ttl));
         let mut keys = KeyWriter::new(&self.config.prefix);
@@ -131,27 +77,9 @@ impl RedisStore {
             .collect())
     }
 
-    /// `release_many`: one call per hash slot on a Cluster, else one call.
-    pub(super) async fn release_batch(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        let Some(groups) = self.slot_groups(leases) else {
-            return self.release_slot(leases).await;
-        };
-        let mut out: Vec<Option<Result<()>>> = leases.iter().map(|_| None).collect();
-        for group in groups {
-            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
-            for (i, r) in group.into_iter().zip(self.release_slot(&part).await?) {
-                out[i] = Some(r);
-            }
-        }
-        Ok(out.into_iter().map(missing).collect())
-    }
-
     /// `release_many` of leases in one slot: one `release_many.lua` call,
     /// which publishes each released work ID.
-    async fn release_slot(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
+    pub(super) async fn release_slot(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
         let mut inv = SCRIPTS.release_many.prepare_invoke();
         inv.arg(self.channel());
         let mut keys = KeyWriter::new(&self.config.prefix);
@@ -172,7 +100,7 @@ impl RedisStore {
 
     /// On a Cluster, the indexes of `leases` grouped by hash slot (in
     /// order within each group); `None` elsewhere.
-    fn slot_groups(&self, leases: &[LeaseRef<'_>]) -> Option<Vec<Vec<usize>>> {
+    pub(super) fn slot_groups(&self, leases: &[LeaseRef<'_>]) -> Option<Vec<Vec<usize>>> {
         if !self.is_cluster() {
             return None;
         }
@@ -207,11 +135,11 @@ impl RedisStore {
 }
 
 /// The hash slot of `work_id`'s keys (their hash tag is the escaped ID).
-fn slot_of(work_id: &WorkId) -> u16 {
+pub(super) fn slot_of(work_id: &WorkId) -> u16 {
     slot(super::keys::escape(work_id.as_str()).as_bytes())
 }
 
 /// A lease's outcome, or a reply error when a slot's call left it out.
-fn missing<T>(r: Option<Result<T>>) -> Result<T> {
+pub(super) fn missing<T>(r: Option<Result<T>>) -> Result<T> {
     r.unwrap_or_else(|| Err(bad_reply("a batch left a lease without a reply")))
 }

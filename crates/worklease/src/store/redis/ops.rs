@@ -1,6 +1,7 @@
 //! The store's operations ([`LeaseStore`] for [`RedisStore`]): each one
-//! script call on the lease's keys (the batches' in `batch.rs`), and
-//! `inspect` over a `SCAN` of the state keys.
+//! script call on the lease's keys (a batch: one call per hash slot, its
+//! script calls in `batch.rs`), and `inspect` over a `SCAN` of the state
+//! keys.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -17,6 +18,7 @@ use crate::limits::{ceil_millis, HolderId, WorkId};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
 
 use super::acquire::Replies;
+use super::batch::{missing, slot_of};
 use super::conn::Conn;
 use super::keys;
 use super::reply::{bad_reply, int, lease_info, opt_bytes, previous, store_err, text};
@@ -238,14 +240,31 @@ impl LeaseStore for RedisStore {
         MAX_BATCH
     }
 
+    /// `renew_many`: one call per hash slot on a Cluster, else one call.
     async fn renew_many(
         &self,
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        self.renew_batch(leases, ttl).await
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(groups) = self.slot_groups(leases) else {
+            return self.renew_slot(leases, ttl).await;
+        };
+        let mut out: Vec<Option<Result<SystemTime>>> = leases.iter().map(|_| None).collect();
+        for group in groups {
+            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
+            for (i, r) in group.into_iter().zip(self.renew_slot(&part, ttl).await?) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out.into_iter().map(missing).collect())
     }
 
+    /// `acquire_many` on a Cluster: one call per run of consecutive work
+    /// IDs in one hash slot (a script names keys of one slot only), in
+    /// order, each with the grants still wanted; elsewhere one call.
     async fn acquire_many(
         &self,
         work_ids: &[WorkId],
@@ -253,11 +272,46 @@ impl LeaseStore for RedisStore {
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        self.acquire_batch(work_ids, holder_id, ttl, max).await
+        if work_ids.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        if !self.is_cluster() {
+            return self.acquire_slot(work_ids, holder_id, ttl, max).await;
+        }
+        let mut out = Vec::new();
+        let mut granted = 0;
+        let mut start = 0;
+        while start < work_ids.len() && granted < max {
+            let slot = slot_of(&work_ids[start]);
+            let end = (start..work_ids.len())
+                .find(|&i| slot_of(&work_ids[i]) != slot)
+                .unwrap_or(work_ids.len());
+            let part = self
+                .acquire_slot(&work_ids[start..end], holder_id, ttl, max - granted)
+                .await?;
+            granted += part.iter().filter(|r| r.is_ok()).count();
+            out.extend(part);
+            start = end;
+        }
+        Ok(out)
     }
 
+    /// `release_many`: one call per hash slot on a Cluster, else one call.
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        self.release_batch(leases).await
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(groups) = self.slot_groups(leases) else {
+            return self.release_slot(leases).await;
+        };
+        let mut out: Vec<Option<Result<()>>> = leases.iter().map(|_| None).collect();
+        for group in groups {
+            let part: Vec<LeaseRef> = group.iter().map(|&i| leases[i]).collect();
+            for (i, r) in group.into_iter().zip(self.release_slot(&part).await?) {
+                out[i] = Some(r);
+            }
+        }
+        Ok(out.into_iter().map(missing).collect())
     }
 
     async fn inspect(&self, work_ids: &[WorkId]) -> Result<Vec<LeaseInfo>> {

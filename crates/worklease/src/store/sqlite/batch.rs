@@ -1,14 +1,12 @@
-//! The batch operations: each batch is one IMMEDIATE transaction in which
+//! The batch operations' transaction (their entry points are in
+//! `ops.rs`): each batch is one IMMEDIATE transaction in which
 //! every lease takes the step its single call takes, with the statements
 //! prepared once for the whole batch.
 
-use std::time::{Duration, SystemTime};
-
 use crate::error::{Error, Result, StoreError};
-use crate::limits::{HolderId, WorkId};
-use crate::store::{Grant, LeaseRef};
+use crate::store::LeaseRef;
 
-use super::ops::{acquire_step, release_step, renew_step, OwnedLease};
+use super::ops::OwnedLease;
 use super::row::Statements;
 use super::{ClockReading, SqliteStore};
 
@@ -23,7 +21,7 @@ pub const MAX_BATCH: usize = 500;
 /// stored row that cannot be decoded); a failure of SQLite itself (a failed
 /// statement, I/O, a full disk) fails the whole batch, which is then
 /// rolled back, since SQLite may have ended the transaction with it.
-fn outcome<T>(r: Result<T>) -> Result<Result<T>> {
+pub(super) fn outcome<T>(r: Result<T>) -> Result<Result<T>> {
     match r {
         Err(Error::Store(e)) if !is_unreadable_row(&e) => Err(Error::Store(e)),
         r => Ok(r),
@@ -51,7 +49,7 @@ fn is_unreadable_row(e: &StoreError) -> bool {
 impl SqliteStore {
     /// `step` for each of `leases`, in one transaction; `ending` when the
     /// step may end leases (see [`SqliteStore::ending_tx`]).
-    async fn each<T: Send + 'static>(
+    pub(super) async fn each<T: Send + 'static>(
         &self,
         leases: &[LeaseRef<'_>],
         ending: bool,
@@ -74,62 +72,15 @@ impl SqliteStore {
             self.tx(all).await
         }
     }
-
-    pub(super) async fn renew_batch(
-        &self,
-        leases: &[LeaseRef<'_>],
-        ttl: Duration,
-    ) -> Result<Vec<Result<SystemTime>>> {
-        self.each(leases, false, move |st, now, l| renew_step(st, now, l, ttl))
-            .await
-    }
-
-    pub(super) async fn release_batch(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        let out = self.each(leases, true, release_step).await?;
-        for (l, r) in leases.iter().zip(&out) {
-            if r.is_ok() {
-                self.watchers.notify(l.work_id);
-            }
-        }
-        Ok(out)
-    }
-
-    /// [`acquire_step`] for each of `work_ids` in order, in one
-    /// transaction, until `max` are granted.
-    pub(super) async fn acquire_batch(
-        &self,
-        work_ids: &[WorkId],
-        holder_id: &HolderId,
-        ttl: Duration,
-        max: usize,
-    ) -> Result<Vec<Result<Grant>>> {
-        if work_ids.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        let (work_ids, holder_id) = (work_ids.to_vec(), holder_id.clone());
-        self.tx(move |tx, now| {
-            let mut st = Statements::new(tx);
-            let mut out = Vec::new();
-            let mut granted = 0;
-            for id in &work_ids {
-                if granted == max {
-                    break;
-                }
-                let r = outcome(acquire_step(&mut st, now, id, &holder_id, ttl))?;
-                granted += usize::from(r.is_ok());
-                out.push(r);
-            }
-            Ok(out)
-        })
-        .await
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use super::*;
+    use crate::limits::{HolderId, WorkId};
     use crate::store::sqlite::TokioClock;
     use crate::store::{LeaseInfo, LeaseStore};
 

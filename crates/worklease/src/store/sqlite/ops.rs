@@ -12,9 +12,11 @@ use rusqlite::TransactionBehavior;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
+use crate::store::batch;
 use crate::store::record::{self, Phase};
 use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
 
+use super::batch::outcome;
 use super::row::{row_from, Expiry, Row, Statements, SELECT_ALL};
 use super::{db_err, push, ClockReading, SqliteStore, KIND, MAX_BATCH};
 
@@ -190,7 +192,7 @@ fn current_step<T>(
 /// acquisition is extended by one guarded UPDATE (the condition of
 /// [`current_step`] in SQL); anything else takes [`current_step`], which
 /// returns its error (or, should the two ever disagree, renews it).
-pub(super) fn renew_step(
+fn renew_step(
     st: &mut Statements<'_>,
     now: &ClockReading,
     lease: LeaseRef<'_>,
@@ -204,11 +206,7 @@ pub(super) fn renew_step(
 }
 
 /// A release inside a transaction, alone or in a batch.
-pub(super) fn release_step(
-    st: &mut Statements<'_>,
-    now: &ClockReading,
-    lease: LeaseRef<'_>,
-) -> Result<()> {
+fn release_step(st: &mut Statements<'_>, now: &ClockReading, lease: LeaseRef<'_>) -> Result<()> {
     current_step(st, now, lease, true, |row, now| {
         row.end_now(now, Phase::Released)
     })
@@ -216,7 +214,7 @@ pub(super) fn release_step(
 
 /// An acquisition inside a transaction: the step of `acquire` and of each
 /// work ID of `acquire_many`.
-pub(super) fn acquire_step(
+fn acquire_step(
     st: &mut Statements<'_>,
     now: &ClockReading,
     work_id: &WorkId,
@@ -380,9 +378,12 @@ impl LeaseStore for SqliteStore {
         leases: &[LeaseRef<'_>],
         ttl: Duration,
     ) -> Result<Vec<Result<SystemTime>>> {
-        self.renew_batch(leases, ttl).await
+        self.each(leases, false, move |st, now, l| renew_step(st, now, l, ttl))
+            .await
     }
 
+    /// [`acquire_step`] for each of `work_ids` in order, in one
+    /// transaction, until `max` are granted.
     async fn acquire_many(
         &self,
         work_ids: &[WorkId],
@@ -390,11 +391,25 @@ impl LeaseStore for SqliteStore {
         ttl: Duration,
         max: usize,
     ) -> Result<Vec<Result<Grant>>> {
-        self.acquire_batch(work_ids, holder_id, ttl, max).await
+        if work_ids.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        let (work_ids, holder_id) = (work_ids.to_vec(), holder_id.clone());
+        self.tx(move |tx, now| {
+            let mut st = Statements::new(tx);
+            batch::acquire_in_turn(&work_ids, max, |id| {
+                outcome(acquire_step(&mut st, now, id, &holder_id, ttl))
+            })
+        })
+        .await
     }
 
     async fn release_many(&self, leases: &[LeaseRef<'_>]) -> Result<Vec<Result<()>>> {
-        self.release_batch(leases).await
+        let out = self.each(leases, true, release_step).await?;
+        for work_id in batch::released(leases, &out) {
+            self.watchers.notify(work_id);
+        }
+        Ok(out)
     }
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
