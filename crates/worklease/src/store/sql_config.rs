@@ -6,8 +6,8 @@
 //! differs: its table name type, its TLS settings, its client library.
 
 use crate::error::{InvalidInput, Result};
-use crate::store::url_parts::query::QueryParams;
 use crate::store::url_parts::url_error;
+use crate::store::url_query::QueryParams;
 
 /// The table name used when none is configured.
 pub const DEFAULT_TABLE: &str = "worklease_leases";
@@ -22,14 +22,12 @@ pub(crate) fn plain_lower_case(part: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
-/// A SQL store URL, split: the scheme (lower-case), what stands between
-/// `://` and `?`, the lease table (`table=NAME`) and the other query
+/// A SQL store URL, split: what stands between `://` and `?`, the lease
+/// table (`table=NAME`) and the other query
 /// parameters, each given once (names percent-decoded; each with its
 /// `name=value` text as written, to pass on to the client library or to
 /// read with [`param_value`]).
 pub(crate) struct SqlUrl<'a, T> {
-    /// The scheme, lower-case.
-    pub(crate) scheme: String,
     /// User info, hosts and database.
     pub(crate) base: &'a str,
     /// The lease table: `table=NAME`, else the default.
@@ -57,8 +55,7 @@ pub(crate) fn split_url<'a, T: Default>(
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(url_error(url, expected));
     };
-    let scheme = scheme.to_ascii_lowercase();
-    if !schemes.contains(&scheme.as_str()) {
+    if !schemes.contains(&scheme.to_ascii_lowercase().as_str()) {
         return Err(url_error(url, expected));
     }
     let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
@@ -78,7 +75,6 @@ pub(crate) fn split_url<'a, T: Default>(
         None => T::default(),
     };
     Ok(SqlUrl {
-        scheme,
         base,
         table,
         params,
@@ -105,8 +101,8 @@ fn decoded(url: &str, name: &str, text: &str) -> Result<String> {
         .map_err(|_| url_error(url, format!("query parameter {name:?} is not UTF-8")))
 }
 
-/// `scheme://base`, with the parameters `kept` (as written) for the client
-/// library.
+/// `scheme://base`, with the parameters `kept` (as written), for the client
+/// library (`scheme` its own: `postgres`, `mysql`).
 pub(crate) fn rebuilt(scheme: &str, base: &str, kept: &[&str]) -> String {
     if kept.is_empty() {
         format!("{scheme}://{base}")
@@ -327,10 +323,7 @@ mod tests {
         let split = |url, setting| split_url(url, &["pg"], "pg://", setting, plain);
         let parts = split("PG://u:pw@h/db?a=1&&table=t_1&b=%41", str::to_owned)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            (parts.scheme.as_str(), parts.base, parts.table.as_str()),
-            ("pg", "u:pw@h/db", "t_1")
-        );
+        assert_eq!((parts.base, parts.table.as_str()), ("u:pw@h/db", "t_1"));
         let params: Vec<_> = parts.params.into_iter().collect();
         assert_eq!(params, [("a".into(), "a=1"), ("b".into(), "b=%41")]);
         assert_eq!(param_value("", "b=%41").unwrap(), "A");

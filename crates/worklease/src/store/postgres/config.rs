@@ -202,7 +202,8 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
             _ => kept.push(param),
         }
     }
-    let rebuilt = rebuilt(&split.scheme, split.base, &kept);
+    // `postgresql://` is read as `postgres://`, tokio-postgres's same.
+    let rebuilt = rebuilt("postgres", split.base, &kept);
     let config = tokio_postgres::Config::from_str(&rebuilt).map_err(|e| {
         url_error(
             url,
