@@ -7,11 +7,11 @@ use super::keys::{check_prefix, check_table};
 use super::{DynamoLeaseStore, DynamoRegister, DEFAULT_PREFIX, DEFAULT_REQUEST_TIMEOUT};
 use crate::error::{InvalidInput, Result};
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::query::QueryParams;
 use crate::store::url_parts::{
     checked_endpoint, checked_region, parse_resource_url, resource_url_error, setting_error,
     ResourceUrl,
 };
+use crate::store::url_query::QueryParams;
 
 /// The URL parameters the DynamoDB store reads.
 const PARAMS: &[&str] = &["region", "endpoint", "prefix", "create"];

@@ -6,10 +6,10 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTRO
 #[cfg(doc)]
 use crate::error::InvalidInput;
 use crate::error::Result;
-use crate::store::url_parts::query::QueryParams;
 #[cfg(doc)]
 use crate::store::url_parts::redact;
 use crate::store::url_parts::url_error;
+use crate::store::url_query::QueryParams;
 
 #[cfg(feature = "etcd-tls")]
 use super::config::Tls;

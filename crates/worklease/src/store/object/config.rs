@@ -21,11 +21,11 @@ use crate::error::{InvalidInput, Result, StoreError};
 #[cfg(doc)]
 use crate::store::register::Register;
 use crate::store::register::RegisterStore;
-use crate::store::url_parts::query::QueryParams;
 use crate::store::url_parts::{
     checked_endpoint, checked_region, parse_resource_url, redact, resource_url_error,
     setting_error, ResourceUrl,
 };
+use crate::store::url_query::QueryParams;
 
 /// [`Register::kind`] of the S3 register.
 const S3_KIND: &str = "s3";

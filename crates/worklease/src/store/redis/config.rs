@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::error::{InvalidInput, Result};
 use crate::limits::ceil_millis;
-use crate::store::url_parts::query::QueryParams;
 use crate::store::url_parts::{redact, url_error};
+use crate::store::url_query::QueryParams;
 
 use super::keys;
 use super::topology::{self, Topology};
