@@ -120,6 +120,15 @@ impl fmt::Debug for Token {
     }
 }
 
+/// The lease `token` names, as a store call takes it.
+pub(crate) fn lease_ref(token: &Token) -> LeaseRef<'_> {
+    LeaseRef {
+        work_id: &token.work_id,
+        holder_id: &token.holder_id,
+        fencing_token: token.fencing_token,
+    }
+}
+
 pub(crate) fn unix_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

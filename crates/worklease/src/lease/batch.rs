@@ -13,14 +13,14 @@ use tracing::Instrument;
 
 use crate::error::{Error, Result, StoreError};
 use crate::lease::granting::{granting, Granted};
-use crate::lease::{lease_ref, AcquireOptions, Leases};
+use crate::lease::{AcquireOptions, Leases};
 use crate::limits::{check_batch, WorkId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{AcquireEvent, Operation, ReleaseEvent, RenewEvent};
 #[cfg(doc)]
 use crate::store::LeaseStore;
 use crate::store::{Grant, LeaseRef};
-use crate::token::Token;
+use crate::token::{lease_ref, Token};
 
 impl Leases {
     /// Acquires up to `max` of `work_ids`, trying them in order, without

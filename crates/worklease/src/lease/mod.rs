@@ -28,8 +28,8 @@ use crate::observe::{
     CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
     ReleaseEvent, RenewEvent,
 };
-use crate::store::{Checkpoint, Handoff, LeaseRef, LeaseStore};
-use crate::token::Token;
+use crate::store::{Checkpoint, Handoff, LeaseStore};
+use crate::token::{lease_ref, Token};
 
 /// The default poll interval of a waiting acquisition (as in the Go
 /// original).
@@ -662,13 +662,5 @@ fn operation_label(operation: Operation) -> &'static str {
         Operation::Renew => "renew",
         Operation::Checkpoint => "checkpoint",
         Operation::Release => "release",
-    }
-}
-
-pub(crate) fn lease_ref(token: &Token) -> LeaseRef<'_> {
-    LeaseRef {
-        work_id: &token.work_id,
-        holder_id: &token.holder_id,
-        fencing_token: token.fencing_token,
     }
 }

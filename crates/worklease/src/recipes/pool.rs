@@ -99,7 +99,7 @@ use crate::error::{Error, InvalidInput, Result};
 use crate::lease::renewal::{Renewal, RenewalOptions};
 use crate::lease::{AcquireOptions, Leases};
 use crate::limits::WorkId;
-use crate::runner::{RunContext, RunError, Runner, DEFAULT_FINISH_TIMEOUT};
+use crate::runner::{check_finish_timeout, RunContext, RunError, Runner, DEFAULT_FINISH_TIMEOUT};
 use crate::token::Token;
 
 /// The default of [`PoolOptions::backoff`]: 1 s.
@@ -335,12 +335,7 @@ impl Pool {
                 options.backoff
             ));
         }
-        if options.finish_timeout < Duration::from_millis(1) {
-            return bad(format!(
-                "finish timeout {:?} must be at least 1ms",
-                options.finish_timeout
-            ));
-        }
+        check_finish_timeout(options.finish_timeout)?;
         let interval = options.renewal.check(&leases)?;
         if let Err(e) = WorkId::new(options.name.as_str()) {
             return bad(format!(

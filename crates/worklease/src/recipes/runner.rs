@@ -237,14 +237,7 @@ impl Runner {
     /// Checks the options before anything is written.
     fn check(&self) -> Result<()> {
         self.renewal.check(&self.leases)?;
-        if self.finish_timeout < Duration::from_millis(1) {
-            return Err(InvalidInput::Config(format!(
-                "finish timeout {:?} must be at least 1ms",
-                self.finish_timeout
-            ))
-            .into());
-        }
-        Ok(())
+        check_finish_timeout(self.finish_timeout)
     }
 
     /// Runs `f` under a lease already acquired (by [`Leases::acquire_many`],
@@ -332,4 +325,16 @@ fn link(
         fire.cancel();
     });
     signal.drop_guard()
+}
+
+/// Refuses a finish timeout under 1 ms (a runner's, or each slot's of a
+/// pool): the final checkpoint and release need some time.
+pub(crate) fn check_finish_timeout(timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(1) {
+        return Err(InvalidInput::Config(format!(
+            "finish timeout {timeout:?} must be at least 1ms"
+        ))
+        .into());
+    }
+    Ok(())
 }

@@ -225,6 +225,17 @@ impl<S: LeaseStore + ?Sized> FaultStore<S> {
         }
     }
 
+    /// Counts a `Held` answer to an acquisition, and hides how long the
+    /// lease has left while [`Self::hide_expiry`] is on.
+    fn note_held(&self, outcome: &mut Result<Grant>) {
+        if let Err(Error::Held { expires_in, .. }) = outcome {
+            self.held.bump();
+            if self.hide_expiry.load(Ordering::SeqCst) {
+                *expires_in = None;
+            }
+        }
+    }
+
     async fn reply<T>(&self, r: Result<T>) -> Result<T> {
         let delay = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
@@ -275,12 +286,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
         self.gate_write().await?;
         let mut r = self.inner.acquire(work_id, holder_id, self.ttl(ttl)).await;
         self.acquires.bump();
-        if let Err(Error::Held { expires_in, .. }) = &mut r {
-            self.held.bump();
-            if self.hide_expiry.load(Ordering::SeqCst) {
-                *expires_in = None;
-            }
-        }
+        self.note_held(&mut r);
         self.reply(r).await
     }
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
@@ -354,12 +360,7 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
             .await;
         self.acquires.bump();
         for outcome in r.iter_mut().flatten() {
-            if let Err(Error::Held { expires_in, .. }) = outcome {
-                self.held.bump();
-                if self.hide_expiry.load(Ordering::SeqCst) {
-                    *expires_in = None;
-                }
-            }
+            self.note_held(outcome);
         }
         self.reply(r).await
     }

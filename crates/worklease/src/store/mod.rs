@@ -76,6 +76,34 @@ pub(crate) mod url_query;
 // they refuse), and part of the store contract.
 pub use crate::token::LeaseRef;
 
+/// A lease named by a call, owned so that it can go where the call's
+/// borrows cannot (a blocking thread, a spawned request).
+pub(crate) struct OwnedLease {
+    work_id: WorkId,
+    holder_id: HolderId,
+    fencing_token: u64,
+}
+
+impl OwnedLease {
+    /// `lease`, owned.
+    pub(crate) fn of(lease: LeaseRef<'_>) -> Self {
+        Self {
+            work_id: lease.work_id.clone(),
+            holder_id: lease.holder_id.clone(),
+            fencing_token: lease.fencing_token,
+        }
+    }
+
+    /// The lease, borrowed as a store call takes it.
+    pub(crate) fn lease(&self) -> LeaseRef<'_> {
+        LeaseRef {
+            work_id: &self.work_id,
+            holder_id: &self.holder_id,
+            fencing_token: self.fencing_token,
+        }
+    }
+}
+
 /// How a previous holder's lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseEnd {

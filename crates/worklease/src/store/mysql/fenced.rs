@@ -7,8 +7,7 @@ use mysql_async::{Params, Transaction, TxOpts};
 
 use crate::error::{Result, StoreError};
 use crate::store::sql_rows::{check_verdict, FencedTransactionError};
-use crate::store::LeaseRef;
-use crate::token::Token;
+use crate::token::{lease_ref, Token};
 
 use super::conn::db_err;
 use super::{MysqlStore, KIND};
@@ -61,11 +60,7 @@ impl MysqlStore {
     where
         F: for<'t> FnOnce(&'t mut Transaction<'static>) -> BoxFuture<'t, Result<T, E>>,
     {
-        let lease = LeaseRef {
-            work_id: token.work_id(),
-            holder_id: token.holder_id(),
-            fencing_token: token.fencing_token(),
-        };
+        let lease = lease_ref(token);
         let lease_err = FencedTransactionError::Lease;
         self.initialize().await.map_err(lease_err)?;
         let mut tx = match tokio::time::timeout(

@@ -5,8 +5,7 @@ use futures_util::future::BoxFuture;
 
 use crate::error::Result;
 use crate::store::sql_rows::{check_verdict, FencedTransactionError};
-use crate::store::LeaseRef;
-use crate::token::Token;
+use crate::token::{lease_ref, Token};
 
 use super::pool::{db_err, get};
 use super::{PostgresStore, KIND};
@@ -53,11 +52,7 @@ impl PostgresStore {
     where
         F: for<'t> FnOnce(&'t tokio_postgres::Transaction<'t>) -> BoxFuture<'t, Result<T, E>>,
     {
-        let lease = LeaseRef {
-            work_id: token.work_id(),
-            holder_id: token.holder_id(),
-            fencing_token: token.fencing_token(),
-        };
+        let lease = lease_ref(token);
         let fencing = i64::try_from(lease.fencing_token)
             .map_err(|_| FencedTransactionError::Lease(crate::Error::fenced(lease)))?;
         let lease_err = FencedTransactionError::Lease;

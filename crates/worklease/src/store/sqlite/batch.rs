@@ -4,9 +4,8 @@
 //! prepared once for the whole batch.
 
 use crate::error::{Error, Result, StoreError};
-use crate::store::LeaseRef;
+use crate::store::{LeaseRef, OwnedLease};
 
-use super::ops::OwnedLease;
 use super::row::Statements;
 use super::{ClockReading, SqliteStore};
 

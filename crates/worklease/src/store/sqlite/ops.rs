@@ -14,7 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
 use crate::store::record::{self, Phase};
-use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease};
 
 use super::batch::outcome;
 use super::row::{row_from, Expiry, Row, Statements, SELECT_ALL};
@@ -140,31 +140,6 @@ enum Kind {
     /// Writes and may end leases: signals other processes after its
     /// commit.
     Ending,
-}
-
-/// A lease named by a call, owned so that it can go to the blocking thread.
-pub(super) struct OwnedLease {
-    work_id: WorkId,
-    holder_id: HolderId,
-    fencing_token: u64,
-}
-
-impl OwnedLease {
-    pub(super) fn of(lease: LeaseRef<'_>) -> Self {
-        Self {
-            work_id: lease.work_id.clone(),
-            holder_id: lease.holder_id.clone(),
-            fencing_token: lease.fencing_token,
-        }
-    }
-
-    pub(super) fn lease(&self) -> LeaseRef<'_> {
-        LeaseRef {
-            work_id: &self.work_id,
-            holder_id: &self.holder_id,
-            fencing_token: self.fencing_token,
-        }
-    }
 }
 
 /// Runs `f` on the current, live row of `lease` and writes the row back

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease};
 
 use super::config::{whole_ms, FaultConfig};
 use super::history::{Applied, Delivery, FaultKind, OpKind, Outcome, World};
@@ -311,22 +311,6 @@ fn stop_the_world<T>(request: BoxFuture<'static, T>) -> T {
     }
 }
 
-fn owned(lease: LeaseRef<'_>) -> (WorkId, HolderId, u64) {
-    (
-        lease.work_id.clone(),
-        lease.holder_id.clone(),
-        lease.fencing_token,
-    )
-}
-
-fn lease_ref<'a>(w: &'a WorkId, h: &'a HolderId, t: u64) -> LeaseRef<'a> {
-    LeaseRef {
-        work_id: w,
-        holder_id: h,
-        fencing_token: t,
-    }
-}
-
 #[async_trait]
 impl LeaseStore for SimStore {
     fn kind(&self) -> &'static str {
@@ -346,8 +330,8 @@ impl LeaseStore for SimStore {
     }
 
     async fn renew(&self, lease: LeaseRef<'_>, ttl: Duration) -> Result<SystemTime> {
-        let (s, (w, h, t)) = (self.inner.clone(), owned(lease));
-        let request = Box::pin(async move { s.renew(lease_ref(&w, &h, t), ttl).await });
+        let (s, l) = (self.inner.clone(), OwnedLease::of(lease));
+        let request = Box::pin(async move { s.renew(l.lease(), ttl).await });
         self.call(
             OpKind::Renew,
             lease.work_id,
@@ -364,8 +348,8 @@ impl LeaseStore for SimStore {
         ttl: Duration,
         data: Bytes,
     ) -> Result<SystemTime> {
-        let (s, (w, h, t), d) = (self.inner.clone(), owned(lease), data.clone());
-        let request = Box::pin(async move { s.checkpoint(lease_ref(&w, &h, t), ttl, d).await });
+        let (s, l, d) = (self.inner.clone(), OwnedLease::of(lease), data.clone());
+        let request = Box::pin(async move { s.checkpoint(l.lease(), ttl, d).await });
         self.call(
             OpKind::Checkpoint,
             lease.work_id,
@@ -377,8 +361,8 @@ impl LeaseStore for SimStore {
     }
 
     async fn read_checkpoint(&self, lease: LeaseRef<'_>) -> Result<Checkpoint> {
-        let (s, (w, h, t)) = (self.inner.clone(), owned(lease));
-        let request = Box::pin(async move { s.read_checkpoint(lease_ref(&w, &h, t)).await });
+        let (s, l) = (self.inner.clone(), OwnedLease::of(lease));
+        let request = Box::pin(async move { s.read_checkpoint(l.lease()).await });
         self.call(
             OpKind::ReadCheckpoint,
             lease.work_id,
@@ -390,8 +374,8 @@ impl LeaseStore for SimStore {
     }
 
     async fn release(&self, lease: LeaseRef<'_>) -> Result<()> {
-        let (s, (w, h, t)) = (self.inner.clone(), owned(lease));
-        let request = Box::pin(async move { s.release(lease_ref(&w, &h, t)).await });
+        let (s, l) = (self.inner.clone(), OwnedLease::of(lease));
+        let request = Box::pin(async move { s.release(l.lease()).await });
         self.call(
             OpKind::Release,
             lease.work_id,
