@@ -49,6 +49,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use crate::plan::Plan;
 use crate::results::{Run, Skipped};
 use crate::scenarios::{run_store, Scenario};
+#[cfg(feature = "server")]
+use crate::stores::server::server_url;
 use crate::stores::Settings;
 
 /// Errors of the benchmark program: anything, with its message.
@@ -343,22 +345,6 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
-}
-
-/// The server URL from the flag, else the environment variable (when set
-/// and not empty), else the default.
-#[cfg(any(
-    feature = "postgres",
-    feature = "mysql",
-    feature = "redis",
-    feature = "etcd",
-    feature = "object-store",
-    feature = "dynamodb"
-))]
-fn server_url(flag: Option<String>, var: &str, default: &str) -> String {
-    flag.or_else(|| std::env::var(var).ok())
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| default.to_string())
 }
 
 /// The command line as run, passwords masked.

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::format::{count, ms_f, rate};
-use super::goals::{Verdict, GOAL_CALLS, GOAL_CPU, GOAL_RSS, GOAL_SCALE, GOAL_SCALE_REGISTER};
+use super::verdict::{Verdict, GOAL_CALLS, GOAL_CPU, GOAL_RSS, GOAL_SCALE, GOAL_SCALE_REGISTER};
 use crate::results::{Run, ScaleRow, Variant};
 
 /// The size of the goals of a store with its own clock, and of a register

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::format::{mark, ms, rate};
-use super::goals::find;
+use super::verdict::find;
 use crate::results::{HandoffMode, OpRow, Run, Variant};
 
 fn lat(r: Option<&OpRow>) -> String {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::goals::{
+use super::verdict::{
     find, Verdict, ACROSS_PROCESSES, GOAL_CYCLE, GOAL_ETCD, GOAL_FAILOVER, GOAL_HANDOFF, GOAL_P99,
     GOAL_PEER,
 };

@@ -27,20 +27,16 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use worklease::store::dynamodb::DynamoConfig;
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The DynamoDB store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "dynamodb",
-    scheme: "dynamodb",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<Dynamo>();
 
 /// How often the peer's contender reads the lock item again (the Lock
 /// Client's `refreshPeriod`, 1 s by default; shorter here, as the S3
@@ -60,8 +56,25 @@ where
     DisplayErrorContext(e).to_string()
 }
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct Dynamo {
+    config: DynamoConfig,
+    client: Client,
+}
+
+/// Every key of run `run` starts with this.
+fn run_prefix(run: &str) -> String {
+    format!("wl-bench-{run}")
+}
+
+#[async_trait]
+impl Server for Dynamo {
+    const NAME: &'static str = "dynamodb";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.dynamodb_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let config = DynamoConfig::from_url(&settings.dynamodb_url)?;
         let register = config.register();
         // Loads the AWS configuration (and, with create=true, makes the
@@ -83,47 +96,23 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
                     sdk_text(&e)
                 )
             })?;
-        Ok(Arc::new(Dynamo {
-            settings: settings.clone(),
-            config,
-            client,
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct Dynamo {
-    settings: Settings,
-    config: DynamoConfig,
-    client: Client,
-}
-
-impl Dynamo {
-    /// Every key of this run starts with this.
-    fn run_prefix(&self) -> String {
-        format!("wl-bench-{}", self.settings.run)
-    }
-}
-
-#[async_trait]
-impl Bench for Dynamo {
-    fn name(&self) -> &'static str {
-        "dynamodb"
+        Ok(Dynamo { config, client })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.dynamodb_url)
+    fn describe(&self) -> String {
+        "a DynamoDB API server (the URL's endpoint: dynalite in CI)".to_string()
     }
 
-    async fn server(&self) -> Option<String> {
-        Some("a DynamoDB API server (the URL's endpoint: dynalite in CI)".to_string())
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("{}-{tag}", run_prefix(run))
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let prefix = format!("{}-{tag}", self.run_prefix());
-        let url = self.config.clone().prefix(prefix.clone())?.to_url();
-        let StoreSpec::DynamoDb(config) = url::parse(&url)? else {
-            return Err(format!("{} is not a dynamodb:// URL", url::redact(&url)).into());
-        };
+    fn namespace_url(&self, _settings: &Settings, prefix: &str) -> Result<String> {
+        Ok(self.config.clone().prefix(prefix.to_string())?.to_url())
+    }
+
+    async fn open(&self, settings: &Settings, url: &str, prefix: &str) -> Result<Parts> {
+        let config = DynamoConfig::from_url(url)?;
         let store = Arc::new(config.open());
         let client = store.register().client().await?.clone();
         let table = config.table().to_string();
@@ -137,17 +126,16 @@ impl Bench for Dynamo {
             client,
             table,
             prefix: format!("{prefix}-lock#"),
-            lease: self.settings.ttl,
+            lease: settings.ttl,
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
+    async fn cleanup(&self, settings: &Settings) -> Result<()> {
         let mut items = self
             .client
             .scan()
@@ -155,7 +143,7 @@ impl Bench for Dynamo {
             .projection_expression("#k")
             .filter_expression("begins_with(#k, :p)")
             .expression_attribute_names("#k", PK)
-            .expression_attribute_values(":p", AttributeValue::S(self.run_prefix()))
+            .expression_attribute_values(":p", AttributeValue::S(run_prefix(&settings.run)))
             .into_paginator()
             .items()
             .send();

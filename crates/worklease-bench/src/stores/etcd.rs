@@ -18,22 +18,35 @@ use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, LeaseKeepAliveStream, LeaseKeeper, LockOptions, Txn,
     TxnOp,
 };
-use futures_util::future::BoxFuture;
 use worklease::store::etcd::{EtcdConfig, EtcdStore};
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The etcd store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "etcd",
-    scheme: "etcd",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<Etcd>();
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct Etcd {
+    client: Client,
+    version: String,
+}
+
+/// Every key of run `run` starts with this.
+fn run_prefix(run: &str) -> String {
+    format!("wl-bench/{run}/")
+}
+
+#[async_trait]
+impl Server for Etcd {
+    const NAME: &'static str = "etcd";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.etcd_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let config = EtcdConfig::from_url(&settings.etcd_url)?;
         let store = EtcdStore::new(config);
         store
@@ -42,50 +55,23 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
             .map_err(|e| format!("cannot reach {}: {e}", url::redact(&settings.etcd_url)))?;
         let mut client = store.client().await?;
         let version = client.status().await?.version().to_string();
-        Ok(Arc::new(Etcd {
-            settings: settings.clone(),
-            client,
-            version,
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct Etcd {
-    settings: Settings,
-    client: Client,
-    version: String,
-}
-
-impl Etcd {
-    /// Every key of this run starts with this.
-    fn run_prefix(&self) -> String {
-        format!("wl-bench/{}/", self.settings.run)
-    }
-}
-
-#[async_trait]
-impl Bench for Etcd {
-    fn name(&self) -> &'static str {
-        "etcd"
+        Ok(Etcd { client, version })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.etcd_url)
+    fn describe(&self) -> String {
+        format!("etcd {}", self.version)
     }
 
-    async fn server(&self) -> Option<String> {
-        Some(format!("etcd {}", self.version))
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("{}{tag}/", run_prefix(run))
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let prefix = format!("{}{tag}/", self.run_prefix());
-        let base = &self.settings.etcd_url;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}prefix={prefix}");
-        let StoreSpec::Etcd(config) = url::parse(&url)? else {
-            return Err(format!("{} is not an etcd URL", url::redact(&url)).into());
-        };
-        let store = Arc::new(EtcdStore::new(config));
+    fn namespace_url(&self, settings: &Settings, prefix: &str) -> Result<String> {
+        Ok(server::with_param(&settings.etcd_url, "prefix", prefix))
+    }
+
+    async fn open(&self, settings: &Settings, url: &str, prefix: &str) -> Result<Parts> {
+        let store = Arc::new(EtcdStore::new(EtcdConfig::from_url(url)?));
         store.ready().await?;
         let client = store.client().await?;
         let baseline = Arc::new(Cas {
@@ -96,20 +82,22 @@ impl Bench for Etcd {
         let peer = Arc::new(EtcdLock {
             client,
             prefix: format!("{prefix}lock/"),
-            ttl: self.settings.ttl,
+            ttl: settings.ttl,
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
+    async fn cleanup(&self, settings: &Settings) -> Result<()> {
         let mut client = self.client.clone();
         client
-            .delete(self.run_prefix(), Some(DeleteOptions::new().with_prefix()))
+            .delete(
+                run_prefix(&settings.run),
+                Some(DeleteOptions::new().with_prefix()),
+            )
             .await?;
         Ok(())
     }

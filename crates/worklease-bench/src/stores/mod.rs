@@ -5,7 +5,8 @@
 //! here, its peer (the lock users already have on that server).
 //!
 //! Adding a store is adding a module with an [`Entry`] and listing it in
-//! [`table`]. etcd (`etcd://`, bench feature `etcd`) and S3 on moto
+//! [`table`]; a store on a server implements [`server::Server`], which
+//! keeps the set-up every server store shares in one place. etcd (`etcd://`, bench feature `etcd`) and S3 on moto
 //! (`s3://`, bench feature `object-store`) are entries like the others:
 //! etcd's baseline is one `Txn` comparing the key's `mod_revision` and
 //! putting the new value on the store's client, its peer the server's
@@ -40,6 +41,8 @@ pub mod object;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod sqlite;
 
 /// Where the servers are, and what names this run may use.

@@ -17,22 +17,33 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use worklease::store::mysql::mysql_async::{self, prelude::Queryable, Conn, Pool};
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::mysql::MysqlUrl;
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The MySQL store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "mysql",
-    scheme: "mysql",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<Mysql>();
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct Mysql {
+    opts: mysql_async::Opts,
+    version: String,
+    /// What cleanup drops.
+    drops: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Server for Mysql {
+    const NAME: &'static str = "mysql";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.mysql_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let opts = mysql_async::Opts::from_url(&settings.mysql_url)?;
         let mut conn = Conn::new(opts.clone()).await.map_err(|e| {
             format!(
@@ -42,50 +53,31 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
         })?;
         let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
         conn.disconnect().await?;
-        Ok(Arc::new(Mysql {
-            settings: settings.clone(),
+        Ok(Mysql {
             opts,
             version: version.unwrap_or_default(),
             drops: Mutex::default(),
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct Mysql {
-    settings: Settings,
-    opts: mysql_async::Opts,
-    version: String,
-    /// What cleanup drops.
-    drops: Mutex<Vec<String>>,
-}
-
-#[async_trait]
-impl Bench for Mysql {
-    fn name(&self) -> &'static str {
-        "mysql"
+        })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.mysql_url)
-    }
-
-    async fn server(&self) -> Option<String> {
+    fn describe(&self) -> String {
         if self.version.contains("MariaDB") {
-            Some(format!("MariaDB {}", self.version))
+            format!("MariaDB {}", self.version)
         } else {
-            Some(format!("MySQL {}", self.version))
+            format!("MySQL {}", self.version)
         }
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let table = format!("wl_bench_{}_{tag}", self.settings.run);
-        let base = &self.settings.mysql_url;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}table={table}");
-        let StoreSpec::Mysql(spec) = url::parse(&url)? else {
-            return Err(format!("{} is not a MySQL URL", url::redact(&url)).into());
-        };
-        let store = Arc::new(spec.open()?);
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("wl_bench_{run}_{tag}")
+    }
+
+    fn namespace_url(&self, settings: &Settings, table: &str) -> Result<String> {
+        Ok(server::with_param(&settings.mysql_url, "table", table))
+    }
+
+    async fn open(&self, settings: &Settings, url: &str, table: &str) -> Result<Parts> {
+        let store = Arc::new(MysqlUrl::parse(url)?.open()?);
         store.initialize().await?;
         let cas = format!("`{table}_cas`");
         {
@@ -115,17 +107,16 @@ impl Bench for Mysql {
         let peer = Arc::new(NamedLocks {
             pool: store.pool().clone(),
             opts: self.opts.clone(),
-            namespace: format!("{}:", self.settings.run),
+            namespace: format!("{}:", settings.run),
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
+    async fn cleanup(&self, _settings: &Settings) -> Result<()> {
         let drops = std::mem::take(&mut *self.drops.lock().map_err(|_| "poisoned")?);
         if drops.is_empty() {
             return Ok(());

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use object_store::path::Path;
 use object_store::{
@@ -24,23 +23,39 @@ use object_store::{
     UpdateVersion,
 };
 use worklease::store::object::S3Config;
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The S3 store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "s3",
-    scheme: "s3",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<S3>();
 
 /// How often the hand-rolled lock's waiter tries again.
 const PEER_RETRY: Duration = Duration::from_millis(100);
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct S3 {
+    config: S3Config,
+    objects: Arc<dyn ObjectStore>,
+}
+
+impl S3 {
+    /// Every object of run `run` is under this.
+    fn run_prefix(&self, run: &str) -> String {
+        format!("{}/wl-bench-{run}", self.config.get_prefix())
+    }
+}
+
+#[async_trait]
+impl Server for S3 {
+    const NAME: &'static str = "s3";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.s3_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let config = S3Config::from_url(&settings.s3_url)?;
         let objects = config.register()?.object_store().clone();
         // One request, to see that the server answers.
@@ -48,52 +63,23 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
         if let Some(Err(e)) = objects.list(Some(&prefix)).next().await {
             return Err(format!("cannot reach {}: {e}", url::redact(&settings.s3_url)).into());
         }
-        Ok(Arc::new(S3 {
-            settings: settings.clone(),
-            config,
-            objects,
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct S3 {
-    settings: Settings,
-    config: S3Config,
-    objects: Arc<dyn ObjectStore>,
-}
-
-impl S3 {
-    /// Every object of this run is under this.
-    fn run_prefix(&self) -> String {
-        format!(
-            "{}/wl-bench-{}",
-            self.config.get_prefix(),
-            self.settings.run
-        )
-    }
-}
-
-#[async_trait]
-impl Bench for S3 {
-    fn name(&self) -> &'static str {
-        "s3"
+        Ok(S3 { config, objects })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.s3_url)
+    fn describe(&self) -> String {
+        "moto (S3 API)".to_string()
     }
 
-    async fn server(&self) -> Option<String> {
-        Some("moto (S3 API)".to_string())
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("{}/{tag}", self.run_prefix(run))
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let prefix = format!("{}/{tag}", self.run_prefix());
-        let url = self.config.clone().prefix(prefix.clone())?.to_url();
-        let StoreSpec::S3(config) = url::parse(&url)? else {
-            return Err(format!("{} is not an s3:// URL", url::redact(&url)).into());
-        };
-        let store = Arc::new(config.open()?);
+    fn namespace_url(&self, _settings: &Settings, prefix: &str) -> Result<String> {
+        Ok(self.config.clone().prefix(prefix.to_string())?.to_url())
+    }
+
+    async fn open(&self, _settings: &Settings, url: &str, prefix: &str) -> Result<Parts> {
+        let store = Arc::new(S3Config::from_url(url)?.open()?);
         let objects = store.register().object_store().clone();
         let baseline = Arc::new(Cas {
             objects: objects.clone(),
@@ -104,16 +90,15 @@ impl Bench for S3 {
             objects,
             prefix: format!("{prefix}-lock"),
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
-        let prefix = Path::from(self.run_prefix());
+    async fn cleanup(&self, settings: &Settings) -> Result<()> {
+        let prefix = Path::from(self.run_prefix(&settings.run));
         let mut list = self.objects.list(Some(&prefix));
         while let Some(meta) = list.next().await {
             self.objects.delete(&meta?.location).await?;

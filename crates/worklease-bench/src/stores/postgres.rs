@@ -15,23 +15,34 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use worklease::store::postgres::deadpool_postgres::{Object, Pool};
 use worklease::store::postgres::tokio_postgres::{self, NoTls, Statement};
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::postgres::PostgresUrl;
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The PostgreSQL store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "postgres",
-    scheme: "postgres",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<Postgres>();
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct Postgres {
+    config: tokio_postgres::Config,
+    version: String,
+    /// What cleanup drops.
+    drops: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Server for Postgres {
+    const NAME: &'static str = "postgres";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.postgres_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let config = tokio_postgres::Config::from_str(&settings.postgres_url)?;
         let (client, connection) = config.connect(NoTls).await.map_err(|e| {
             format!(
@@ -43,46 +54,27 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
         let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
         drop(client);
         let _ = task.await;
-        Ok(Arc::new(Postgres {
-            settings: settings.clone(),
+        Ok(Postgres {
             config,
             version,
             drops: Mutex::default(),
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct Postgres {
-    settings: Settings,
-    config: tokio_postgres::Config,
-    version: String,
-    /// What cleanup drops.
-    drops: Mutex<Vec<String>>,
-}
-
-#[async_trait]
-impl Bench for Postgres {
-    fn name(&self) -> &'static str {
-        "postgres"
+        })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.postgres_url)
+    fn describe(&self) -> String {
+        format!("PostgreSQL {}", self.version)
     }
 
-    async fn server(&self) -> Option<String> {
-        Some(format!("PostgreSQL {}", self.version))
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("wl_bench_{run}_{tag}")
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let table = format!("wl_bench_{}_{tag}", self.settings.run);
-        let base = &self.settings.postgres_url;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}table={table}");
-        let StoreSpec::Postgres(spec) = url::parse(&url)? else {
-            return Err(format!("{} is not a PostgreSQL URL", url::redact(&url)).into());
-        };
-        let store = Arc::new(spec.open()?);
+    fn namespace_url(&self, settings: &Settings, table: &str) -> Result<String> {
+        Ok(server::with_param(&settings.postgres_url, "table", table))
+    }
+
+    async fn open(&self, settings: &Settings, url: &str, table: &str) -> Result<Parts> {
+        let store = Arc::new(PostgresUrl::parse(url)?.open()?);
         store.initialize().await?;
         let cas = format!("\"{table}_cas\"");
         {
@@ -110,17 +102,16 @@ impl Bench for Postgres {
         let peer = Arc::new(Advisory {
             pool: store.pool().clone(),
             config: self.config.clone(),
-            namespace: format!("{}:", self.settings.run),
+            namespace: format!("{}:", settings.run),
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
+    async fn cleanup(&self, _settings: &Settings) -> Result<()> {
         let drops = std::mem::take(&mut *self.drops.lock().map_err(|_| "poisoned")?);
         if drops.is_empty() {
             return Ok(());

@@ -16,23 +16,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 use rslock::LockManager;
-use worklease::store::redis::RedisStore;
-use worklease::store::url::{self, StoreSpec};
+use worklease::store::redis::{RedisConfig, RedisStore};
+use worklease::store::url;
 
-use super::{cas_lost, Baseline, Bench, Entry, Opened, Peer, PeerClient, Register, Settings};
+use super::server::{self, Parts, Server};
+use super::{cas_lost, Baseline, Entry, Peer, PeerClient, Register, Settings};
 use crate::Result;
 
 /// The Redis store's entry.
-pub const ENTRY: Entry = Entry {
-    name: "redis",
-    scheme: "redis",
-    connect: Ok(connect),
-};
+pub const ENTRY: Entry = server::entry::<Redis>();
 
 const CAS: &str = "local v = redis.call('HGET', KEYS[1], 'n')
 if (v == false and ARGV[1] == '0') or v == ARGV[1] then
@@ -41,8 +37,25 @@ if (v == false and ARGV[1] == '0') or v == ARGV[1] then
 end
 return 0";
 
-fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
-    Box::pin(async move {
+struct Redis {
+    client: redis::Client,
+    version: String,
+}
+
+/// Every key of run `run` starts with this.
+fn run_prefix(run: &str) -> String {
+    format!("wl-bench:{run}:")
+}
+
+#[async_trait]
+impl Server for Redis {
+    const NAME: &'static str = "redis";
+
+    fn url(settings: &Settings) -> &str {
+        &settings.redis_url
+    }
+
+    async fn connect(settings: &Settings) -> Result<Self> {
         let client = redis::Client::open(settings.redis_url.as_str())?;
         let mut conn = client
             .get_multiplexed_async_connection()
@@ -63,50 +76,23 @@ fn connect(settings: &Settings) -> BoxFuture<'_, Result<Arc<dyn Bench>>> {
             .unwrap_or("unknown")
             .trim()
             .to_string();
-        Ok(Arc::new(Redis {
-            settings: settings.clone(),
-            client,
-            version,
-        }) as Arc<dyn Bench>)
-    })
-}
-
-struct Redis {
-    settings: Settings,
-    client: redis::Client,
-    version: String,
-}
-
-impl Redis {
-    /// Every key of this run starts with this.
-    fn run_prefix(&self) -> String {
-        format!("wl-bench:{}:", self.settings.run)
-    }
-}
-
-#[async_trait]
-impl Bench for Redis {
-    fn name(&self) -> &'static str {
-        "redis"
+        Ok(Redis { client, version })
     }
 
-    fn shown_url(&self) -> String {
-        url::redact(&self.settings.redis_url)
+    fn describe(&self) -> String {
+        format!("Redis {}", self.version)
     }
 
-    async fn server(&self) -> Option<String> {
-        Some(format!("Redis {}", self.version))
+    fn namespace(&self, run: &str, tag: &str) -> String {
+        format!("{}{tag}:", run_prefix(run))
     }
 
-    async fn open(&self, tag: &str) -> Result<Opened> {
-        let prefix = format!("{}{tag}:", self.run_prefix());
-        let base = &self.settings.redis_url;
-        let sep = if base.contains('?') { '&' } else { '?' };
-        let url = format!("{base}{sep}prefix={prefix}");
-        let StoreSpec::Redis(config) = url::parse(&url)? else {
-            return Err(format!("{} is not a Redis URL", url::redact(&url)).into());
-        };
-        let store = Arc::new(RedisStore::new(config)?);
+    fn namespace_url(&self, settings: &Settings, prefix: &str) -> Result<String> {
+        Ok(server::with_param(&settings.redis_url, "prefix", prefix))
+    }
+
+    async fn open(&self, settings: &Settings, url: &str, prefix: &str) -> Result<Parts> {
+        let store = Arc::new(RedisStore::new(RedisConfig::from_url(url)?)?);
         store.ready().await?;
         let baseline = Arc::new(Cas {
             conn: store.connection().await?,
@@ -114,24 +100,24 @@ impl Bench for Redis {
             prefix: format!("{prefix}cas:{:08x}:", rand::random::<u32>()),
             next: AtomicU64::new(0),
         });
+        let base = &settings.redis_url;
         let peer = Arc::new(Redlock {
             url: base.clone(),
             shared: LockManager::new(vec![base.clone()]),
             prefix: format!("{prefix}redlock:"),
-            ttl: self.settings.ttl,
+            ttl: settings.ttl,
         });
-        Ok(Opened {
-            url,
-            store: store as Arc<dyn worklease::LeaseStore>,
+        Ok(Parts {
+            store,
             baseline,
-            peer: Some(peer),
+            peer,
         })
     }
 
-    async fn cleanup(&self) -> Result<()> {
+    async fn cleanup(&self, settings: &Settings) -> Result<()> {
         let mut conn = self.client.get_multiplexed_async_connection().await?;
         let keys: Vec<String> = conn
-            .scan_match::<_, String>(format!("{}*", self.run_prefix()))
+            .scan_match::<_, String>(format!("{}*", run_prefix(&settings.run)))
             .await?
             .collect::<Vec<_>>()
             .await
