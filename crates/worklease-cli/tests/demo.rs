@@ -4,7 +4,7 @@
 //! The demo synchronises on its children's output itself (the SIGKILL
 //! follows a checkpoint line); the test only bounds how long it may take.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -37,18 +37,25 @@ fn make_input(dir: &Path) {
     }
 }
 
-/// Runs `worklease ARGS` to its end (bounded by [`LIMIT`]), with
-/// `WORKLEASE_HOME` pointing at `home` and no WORKLEASE_STORE.
-fn run_demo(args: &[&str], home: &Path) -> Output {
-    let child = Command::new(BIN)
-        .args(args)
+/// `worklease ARGS` with `WORKLEASE_HOME` pointing at `home`, no
+/// WORKLEASE_STORE, and its output piped.
+fn demo_command(args: &[&str], home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .env_remove("WORKLEASE_STORE")
         .env_remove("WORKLEASE_TOKEN")
         .env_remove("RUST_LOG")
         .env("WORKLEASE_HOME", home)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `worklease ARGS` ([`demo_command`]) to its end (bounded by
+/// [`LIMIT`]).
+fn run_demo(args: &[&str], home: &Path) -> Output {
+    let child = demo_command(args, home)
         .spawn()
         .expect("spawn worklease demo");
     let pid = child.id();
@@ -68,6 +75,40 @@ fn run_demo(args: &[&str], home: &Path) -> Output {
     }
 }
 
+/// One test's directory: the demo's input ([`make_input`]) and its
+/// `WORKLEASE_HOME`.
+struct Demo {
+    tmp: tempfile::TempDir,
+    input: PathBuf,
+}
+
+impl Demo {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let input = tmp.path().join("input");
+        make_input(&input);
+        Demo { tmp, input }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.tmp.path().join("home")
+    }
+
+    /// `worklease demo ARGS INPUT` to its end ([`run_demo`]).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all = vec!["demo"];
+        all.extend_from_slice(args);
+        all.push(self.input.to_str().expect("UTF-8 path"));
+        run_demo(&all, &self.home())
+    }
+}
+
+/// The demo's stdout, once its exit code was `expected`.
+fn stdout_of(out: &Output, expected: i32) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(expected), "{stdout}");
+    stdout
+}
 /// The numbers after each `fencing token ` in `line`, in order.
 fn fencing_tokens(line: &str) -> Vec<u64> {
     line.split("fencing token ")
@@ -95,26 +136,9 @@ fn resumed_at(line: &str) -> (u64, u64) {
 
 #[test]
 fn the_demo_kills_a_worker_and_every_shard_is_processed_exactly_once() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let input = tmp.path().join("input");
-    make_input(&input);
-    let home = tmp.path().join("home");
-
+    let demo = Demo::new();
     let started = Instant::now();
-    let input_arg = input.to_str().expect("UTF-8 path");
-    let out = run_demo(
-        &[
-            "demo",
-            "--workers",
-            "3",
-            "--shards",
-            "4",
-            "--ttl",
-            "1s",
-            input_arg,
-        ],
-        &home,
-    );
+    let out = demo.run(&["--workers", "3", "--shards", "4", "--ttl", "1s"]);
     let took = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -152,29 +176,14 @@ fn the_demo_kills_a_worker_and_every_shard_is_processed_exactly_once() {
     assert!(0 < k && k < n, "not resumed mid-shard: {resumed}");
 
     // The demo used its own store, not the default one.
-    assert!(!home.join("leases.db").exists(), "{all}");
+    assert!(!demo.home().join("leases.db").exists(), "{all}");
 }
 
 #[test]
 fn without_the_kill_every_hand_off_is_clean() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let input = tmp.path().join("input");
-    make_input(&input);
-    let input_arg = input.to_str().expect("UTF-8 path");
-    let out = run_demo(
-        &[
-            "demo",
-            "--no-kill",
-            "--workers",
-            "2",
-            "--shards",
-            "3",
-            input_arg,
-        ],
-        &tmp.path().join("home"),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let demo = Demo::new();
+    let out = demo.run(&["--no-kill", "--workers", "2", "--shards", "3"]);
+    let stdout = stdout_of(&out, 0);
     assert!(
         stdout.contains("OK: every shard processed exactly once to completion"),
         "{stdout}"
@@ -191,10 +200,8 @@ fn without_the_kill_every_hand_off_is_clean() {
 /// report says so, so that the failure is not taken for the leases'.
 #[test]
 fn a_tree_changing_during_the_run_is_named_as_the_cause() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let input = tmp.path().join("input");
-    make_input(&input);
-    let growing = input.join("file-00.txt");
+    let demo = Demo::new();
+    let growing = demo.input.join("file-00.txt");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
@@ -210,23 +217,10 @@ fn a_tree_changing_during_the_run_is_named_as_the_cause() {
             }
         })
     };
-    let input_arg = input.to_str().expect("UTF-8 path");
-    let out = run_demo(
-        &[
-            "demo",
-            "--no-kill",
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-            input_arg,
-        ],
-        &tmp.path().join("home"),
-    );
+    let out = demo.run(&["--no-kill", "--workers", "1", "--shards", "1"]);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     writer.join().expect("writer");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let stdout = stdout_of(&out, 1);
     assert!(stdout.contains("FAILED"), "{stdout}");
     assert!(
         stdout.contains("1 file(s) under") && stdout.contains("changed while the demo ran"),
@@ -261,24 +255,9 @@ fn demo_usage_errors_exit_64() {
 
 #[test]
 fn one_worker_and_one_shard_read_in_the_singular() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let input = tmp.path().join("input");
-    make_input(&input);
-    let input_arg = input.to_str().expect("UTF-8 path");
-    let out = run_demo(
-        &[
-            "demo",
-            "--workers",
-            "1",
-            "--shards",
-            "1",
-            "--no-kill",
-            input_arg,
-        ],
-        &tmp.path().join("home"),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let demo = Demo::new();
+    let out = demo.run(&["--workers", "1", "--shards", "1", "--no-kill"]);
+    let stdout = stdout_of(&out, 0);
     assert!(stdout.contains("  1 worker, worker-1; it runs"), "{stdout}");
     assert!(
         stdout.contains("  1 shard of 30 files: work ID demo/shard-0\n"),
@@ -293,23 +272,23 @@ fn one_worker_and_one_shard_read_in_the_singular() {
 #[test]
 fn an_interrupted_demo_stops_its_workers_and_removes_its_scratch_directory() {
     use std::io::{BufRead, BufReader};
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let input = tmp.path().join("input");
-    make_input(&input);
-    let scratch_parent = tmp.path().join("tmp");
+    let demo = Demo::new();
+    let scratch_parent = demo.tmp.path().join("tmp");
     std::fs::create_dir(&scratch_parent).expect("mkdir");
-    let mut child = Command::new(BIN)
-        .args(["demo", "--no-kill", "--workers", "2", "--shards", "2"])
-        .args(["--pace", "500ms"])
-        .arg(&input)
-        .env_remove("WORKLEASE_STORE")
-        .env_remove("WORKLEASE_TOKEN")
-        .env_remove("RUST_LOG")
-        .env("WORKLEASE_HOME", tmp.path().join("home"))
+    let input = demo.input.to_str().expect("UTF-8 path");
+    let args = [
+        "demo",
+        "--no-kill",
+        "--workers",
+        "2",
+        "--shards",
+        "2",
+        "--pace",
+        "500ms",
+        input,
+    ];
+    let mut child = demo_command(&args, &demo.home())
         .env("TMPDIR", &scratch_parent)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn worklease demo");
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));

@@ -3,7 +3,7 @@
 //! own definitions, so they know every subcommand `--help` lists.
 
 mod common;
-use common::{output, stderr, World};
+use common::{stderr, World};
 
 use std::process::Output;
 
@@ -13,7 +13,7 @@ fn stdout(out: &Output) -> String {
 
 /// The subcommands `worklease --help` lists (clap's `help` aside).
 fn listed_subcommands(w: &World) -> Vec<String> {
-    let out = output(w, &["--help"]);
+    let out = w.output(&["--help"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let help = stdout(&out);
     let listed: Vec<String> = help
@@ -36,7 +36,7 @@ fn completions_for_every_shell_name_every_subcommand() {
     let w = World::new();
     let subcommands = listed_subcommands(&w);
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-        let out = output(&w, &["completions", shell]);
+        let out = w.output(&["completions", shell]);
         assert!(out.status.success(), "{shell}: {}", stderr(&out));
         let script = stdout(&out);
         for name in &subcommands {
@@ -52,7 +52,7 @@ fn completions_for_every_shell_name_every_subcommand() {
 #[test]
 fn completions_for_an_unknown_shell_are_a_usage_error() {
     let w = World::new();
-    let out = output(&w, &["completions", "tcsh"]);
+    let out = w.output(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(out.stdout.is_empty());
     assert!(stderr(&out).starts_with("worklease: "), "{}", stderr(&out));
@@ -162,7 +162,7 @@ fn a_subcommand_page_documents_its_own_options() {
         "{env}"
     );
 
-    let out = output(&w, &["man", "checkpoint", "set"]);
+    let out = w.output(&["man", "checkpoint", "set"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(".TH worklease-checkpoint-set 1 "));
 }
@@ -188,7 +188,7 @@ fn a_malformed_source_date_epoch_is_a_usage_error() {
 fn a_page_of_an_unknown_or_hidden_subcommand_is_a_usage_error() {
     let w = World::new();
     for name in ["nosuch", "demo-shard"] {
-        let out = output(&w, &["man", name]);
+        let out = w.output(&["man", name]);
         assert_eq!(out.status.code(), Some(64), "{name}: {}", stderr(&out));
         assert!(stderr(&out).contains(name), "{}", stderr(&out));
         assert!(out.stdout.is_empty());

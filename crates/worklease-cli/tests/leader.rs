@@ -3,7 +3,7 @@
 //! every change with `--watch`.
 
 mod common;
-use common::{free_port, http_get, output, spawn, stderr, wait_for_file, Running, World};
+use common::{free_port, http_get, spawn, stderr, wait_for_file, Running, World};
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -18,8 +18,8 @@ fn json_line(line: &str) -> Value {
 fn an_election_nobody_leads_exits_69_naming_it() {
     let w = World::new();
     // The store exists (a run made it), the election was never led.
-    assert!(output(&w, &["run", "other", "--", "true"]).status.success());
-    let out = output(&w, &["leader", "sched"]);
+    assert!(w.output(&["run", "other", "--", "true"]).status.success());
+    let out = w.output(&["leader", "sched"]);
     assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("\"sched\" has no leader"),
@@ -27,7 +27,7 @@ fn an_election_nobody_leads_exits_69_naming_it() {
         stderr(&out)
     );
     // --json prints the null object as well, so a pipe into jq reads one.
-    let out = output(&w, &["leader", "--json", "sched"]);
+    let out = w.output(&["leader", "--json", "sched"]);
     assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
     let v = json_line(String::from_utf8_lossy(&out.stdout).trim());
     assert_eq!(v["election"], "sched");
@@ -52,7 +52,7 @@ fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it_and_status_hides
         ],
     );
     wait_for_file(&w, "held");
-    let out = output(&w, &["leader", "--step-down", "plain"]);
+    let out = w.output(&["leader", "--step-down", "plain"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
@@ -61,7 +61,7 @@ fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it_and_status_hides
     );
     // The request's own lease is worklease's: `status` hides it unless
     // asked with --all.
-    let listed = |args: &[&str]| String::from_utf8_lossy(&output(&w, args).stdout).into_owned();
+    let listed = |args: &[&str]| String::from_utf8_lossy(&w.output(args).stdout).into_owned();
     let plain = listed(&["status"]);
     assert!(
         plain.contains("plain") && !plain.contains("plain/step-down"),
@@ -74,7 +74,7 @@ fn a_step_down_request_on_a_plain_lease_says_nothing_honours_it_and_status_hides
 fn a_published_value_over_the_limit_is_a_usage_error_before_the_store_is_touched() {
     let w = World::new();
     let big = "a".repeat(4097);
-    let out = output(&w, &["elect", "--publish", &big, "sched", "--", "true"]);
+    let out = w.output(&["elect", "--publish", &big, "sched", "--", "true"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("the limit is 4096 bytes"),
@@ -101,7 +101,7 @@ fn a_reserved_or_too_long_election_name_is_a_usage_error_before_the_store_is_tou
         (long.as_str(), "the limit is 1014 bytes"),
     ] {
         for args in [vec!["elect", name, "--", "true"], vec!["leader", name]] {
-            let out = output(&w, &args);
+            let out = w.output(&args);
             assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
             assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
             assert!(
@@ -152,7 +152,7 @@ fn a_leader_asked_to_step_down_hands_over_and_stands_by() {
     let mut a = candidate(&w, "a", "10.0.0.1:80");
     wait_for_file(&w, "a.started");
     let _b = candidate(&w, "b", "10.0.0.2:80");
-    let asked = output(&w, &["leader", "--step-down", "sched"]);
+    let asked = w.output(&["leader", "--step-down", "sched"]);
     assert!(asked.status.success(), "{}", stderr(&asked));
     assert!(
         String::from_utf8_lossy(&asked.stdout).contains("asked \"a\""),
@@ -160,7 +160,7 @@ fn a_leader_asked_to_step_down_hands_over_and_stands_by() {
         String::from_utf8_lossy(&asked.stdout)
     );
     wait_for_file(&w, "b.started");
-    let now = output(&w, &["leader", "--json", "sched"]);
+    let now = w.output(&["leader", "--json", "sched"]);
     let now = json_line(String::from_utf8_lossy(&now.stdout).trim());
     assert_eq!(
         (now["holder_id"].as_str(), now["transitions"].as_u64()),
@@ -187,7 +187,7 @@ fn leader_shows_the_value_and_watch_follows_the_hand_over() {
     let w = World::new();
     let _a = candidate(&w, "a", "10.0.0.1:80");
     wait_for_file(&w, "a.started");
-    let now = output(&w, &["leader", "--json", "sched"]);
+    let now = w.output(&["leader", "--json", "sched"]);
     assert!(now.status.success(), "{}", stderr(&now));
     let now = json_line(String::from_utf8_lossy(&now.stdout).trim());
     assert_eq!(now["election"], "sched");
@@ -285,17 +285,14 @@ fn health_endpoints_tell_the_leader_from_the_standby() {
     assert_eq!(status, 200);
     assert_eq!(json_line(body.trim())["holder_id"], "a");
     // A second process on a busy address fails at start.
-    let busy = output(
-        &w,
-        &[
-            "elect",
-            "--health-addr",
-            &format!("127.0.0.1:{pa}"),
-            "other",
-            "--",
-            "true",
-        ],
-    );
+    let busy = w.output(&[
+        "elect",
+        "--health-addr",
+        &format!("127.0.0.1:{pa}"),
+        "other",
+        "--",
+        "true",
+    ]);
     assert_eq!(busy.status.code(), Some(69), "{}", stderr(&busy));
     assert!(
         stderr(&busy).contains("cannot serve health endpoints"),

@@ -1,7 +1,7 @@
 //! End-to-end: `--metrics-addr` serves the documented metrics in
 //! Prometheus text format while `worklease run` and `worklease elect` hold
 //! their lease, scraped with a plain HTTP GET. Synchronisation is by files
-//! the child creates and by bounded polls, as in `tests/cli.rs`.
+//! the child creates and by bounded polls, as in `tests/run.rs`.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

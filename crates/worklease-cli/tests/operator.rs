@@ -4,7 +4,7 @@
 //!
 //! Real `worklease` processes against a SQLite file in a temporary
 //! directory; synchronisation is by files the children create and by lines
-//! the processes write, polled in bounded loops, as in `tests/cli.rs`.
+//! the processes write, polled in bounded loops, as in `tests/run.rs`.
 //!
 //! Also what an operator reads of an S3 store (expiry judged by
 //! observation, a missing bucket, missing credentials), against the

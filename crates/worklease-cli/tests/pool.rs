@@ -70,7 +70,8 @@ impl World {
             .collect()
     }
 
-    fn read(&self, name: &str) -> String {
+    /// The text of `name`, empty while it does not exist.
+    fn read_or_empty(&self, name: &str) -> String {
         std::fs::read_to_string(self.path(name)).unwrap_or_default()
     }
 
@@ -367,7 +368,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
             status.code(),
             Some(0),
             "{h} exited {status:?}; its stderr:\n{}",
-            f.read(&format!("{h}.stderr"))
+            f.read_or_empty(&format!("{h}.stderr"))
         );
     }
     eprintln!(
@@ -381,7 +382,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
     let mut token_holder: BTreeMap<u64, String> = BTreeMap::new();
     let mut victim_children = Vec::new();
     for w in all_shards() {
-        for line in f.read(&format!("log/{w}")).lines() {
+        for line in f.read_or_empty(&format!("log/{w}")).lines() {
             let f: Vec<&str> = line.split(' ').collect();
             if f[0] == "start" {
                 let token: u64 = f[1].parse().expect("a token");
@@ -402,7 +403,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
     for w in all_shards() {
         // Committed exactly once: the final checkpoint lists steps 1..STEPS
         // once each, in order, then done, with tokens that never decrease.
-        let result = f.read(&format!("result/{w}"));
+        let result = f.read_or_empty(&format!("result/{w}"));
         let entries: Vec<(&str, u64)> = result
             .split(' ')
             .map(|e| {
@@ -440,7 +441,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
         // recorded it done, and its fencing token is that of the last
         // child started for it.
         assert_eq!(holder(l), holder(record), "{w}: {l} but {record}");
-        let last_start = records(&f.read(&format!("log/{w}")))
+        let last_start = records(&f.read_or_empty(&format!("log/{w}")))
             .iter()
             .rev()
             .find(|r| r.kind == "start")
@@ -450,7 +451,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
         // Effects: no two holders at once (the tokens of the records never
         // decrease), and a step is done again only by a later token, when
         // its earlier run was not committed; the committed run is the last.
-        let recs = records(&f.read(&format!("log/{w}")));
+        let recs = records(&f.read_or_empty(&format!("log/{w}")));
         assert!(
             recs.windows(2).all(|p| p[0].token <= p[1].token),
             "{w}: a record with a smaller token after a larger one: two holders at once"
@@ -475,7 +476,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
 
     // The victim's unfinished shards were finished by the survivors.
     let finished_by = |w: &str| -> String {
-        let result = f.read(&format!("result/{w}"));
+        let result = f.read_or_empty(&format!("result/{w}"));
         let token: u64 = result
             .rsplit_once("done:")
             .and_then(|(_, t)| t.parse().ok())
@@ -495,7 +496,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
     }
 
     // The failing shard's first run exited 3, and it was started again.
-    let recs = records(&f.read(&format!("log/{failing}")));
+    let recs = records(&f.read_or_empty(&format!("log/{failing}")));
     let fail = recs
         .iter()
         .position(|r| r.kind == "fail")
@@ -508,7 +509,7 @@ fn three_pools_finish_twelve_shards_exactly_once_though_one_pool_is_sigkilled() 
     );
     let logs: String = POOLS
         .iter()
-        .map(|h| f.read(&format!("{h}.stderr")))
+        .map(|h| f.read_or_empty(&format!("{h}.stderr")))
         .collect();
     assert!(
         logs.lines()
@@ -556,7 +557,7 @@ fn three_pools_run_four_children_each_and_sigterm_releases_every_shard() {
             live.get(*h).map_or(0, BTreeSet::len) == SHARDS / POOLS.len()
                 && children[h] == SHARDS / POOLS.len()
         }) && all_shards().iter().all(|w| {
-            let token = f.read(&format!("{w}.token"));
+            let token = f.read_or_empty(&format!("{w}.token"));
             lease(&st, w)
                 .is_some_and(|l| field(l, "fencing_token").as_u64() == token.trim().parse().ok())
         })
@@ -572,14 +573,19 @@ fn three_pools_run_four_children_each_and_sigterm_releases_every_shard() {
     );
     let pids: Vec<i32> = all_shards()
         .iter()
-        .map(|w| f.read(&format!("{w}.pid")).trim().parse().expect("a pid"))
+        .map(|w| {
+            f.read_or_empty(&format!("{w}.pid"))
+                .trim()
+                .parse()
+                .expect("a pid")
+        })
         .collect();
     // Children started until then (4 each when the pools start within a
     // round of each other: the first round only writes the memberships).
     let started: BTreeMap<&str, usize> = POOLS
         .iter()
         .map(|h| {
-            let log = f.read(&format!("{h}.stderr"));
+            let log = f.read_or_empty(&format!("{h}.stderr"));
             (
                 *h,
                 log.lines().filter(|l| l.contains("slot acquired")).count(),
@@ -597,10 +603,10 @@ fn three_pools_run_four_children_each_and_sigterm_releases_every_shard() {
             status.code(),
             Some(128 + Signal::SIGTERM as i32),
             "{h}: {status:?}; its stderr:\n{}",
-            f.read(&format!("{h}.stderr"))
+            f.read_or_empty(&format!("{h}.stderr"))
         );
         assert!(
-            f.read(&format!("{h}.stderr"))
+            f.read_or_empty(&format!("{h}.stderr"))
                 .lines()
                 .last()
                 .is_some_and(|l| l.starts_with("worklease: SIGTERM")),
@@ -781,7 +787,12 @@ fn ctrl_z_stops_every_child_then_the_pool_and_sigcont_continues_them() {
     // Each child leads its own process group.
     let groups: Vec<i32> = ids
         .iter()
-        .map(|w| f.read(&format!("{w}.pid")).trim().parse().expect("a pid"))
+        .map(|w| {
+            f.read_or_empty(&format!("{w}.pid"))
+                .trim()
+                .parse()
+                .expect("a pid")
+        })
         .collect();
     signal(&pool, Signal::SIGTSTP);
     assert!(
@@ -803,7 +814,7 @@ fn ctrl_z_stops_every_child_then_the_pool_and_sigcont_continues_them() {
     let ended = poll_until(LONG, || pool.try_wait().expect("try_wait").is_some());
     assert!(ended, "the pool did not exit once every work ID was done");
     let status = pool.wait().expect("wait");
-    assert_eq!(status.code(), Some(0), "{}", f.read("solo.stderr"));
+    assert_eq!(status.code(), Some(0), "{}", f.read_or_empty("solo.stderr"));
     let st = f.status();
     let done: BTreeSet<String> = done_records(&st, "jobs").into_keys().collect();
     assert_eq!(done, ids.iter().map(|w| w.to_string()).collect(), "{st:?}");
@@ -832,7 +843,12 @@ fn work_ids_done_by_another_pool_name_are_refused_and_done_ones_never_run_again(
         .output()
         .expect("run worklease pool")
     };
-    let runs = || -> Vec<String> { f.read("runs").lines().map(str::to_string).collect() };
+    let runs = || -> Vec<String> {
+        f.read_or_empty("runs")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
 
     let out = pool("run-1", "a,b");
     assert_eq!(out.status.code(), Some(0), "{out:?}");

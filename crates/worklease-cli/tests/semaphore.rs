@@ -4,9 +4,18 @@
 
 mod common;
 use common::{
-    holder_script, output, poll_until, read, spawn, stderr, wait_exit, wait_for_file, Running,
-    World, LONG,
+    holder_script, poll_until, read, spawn, stderr, wait_exit, wait_for_file, Running, World, LONG,
 };
+
+/// `worklease run --ttl 5s --permits 2 EXTRA db` of a [`permit_script`]
+/// child `name`, in the background.
+fn permit_holder(w: &World, extra: &[&str], name: &str) -> Running {
+    let script = permit_script(name);
+    let mut args = vec!["run", "--ttl", "5s", "--permits", "2"];
+    args.extend_from_slice(extra);
+    args.extend(["db", "--", "sh", "-c", &script]);
+    spawn(w, &args)
+}
 
 /// A holder child that also records its permit's work ID in `$D/<name>.id`.
 fn permit_script(name: &str) -> String {
@@ -19,31 +28,14 @@ fn permit_script(name: &str) -> String {
 #[test]
 fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
     let w = World::new();
-    let run = |name: &str| {
-        spawn(
-            &w,
-            &[
-                "run",
-                "--ttl",
-                "5s",
-                "--permits",
-                "2",
-                "db",
-                "--",
-                "sh",
-                "-c",
-                &permit_script(name),
-            ],
-        )
-    };
-    let (a, b) = (run("a"), run("b"));
+    let (a, b) = (permit_holder(&w, &[], "a"), permit_holder(&w, &[], "b"));
     wait_for_file(&w, "a.started");
     wait_for_file(&w, "b.started");
     let mut ids = [read(&w, "a.id"), read(&w, "b.id")];
     ids.sort();
     assert_eq!(ids, ["db/permit/0", "db/permit/1"], "two distinct permits");
 
-    let third = output(&w, &["run", "--permits", "2", "db", "--", "touch", "c.ran"]);
+    let third = w.output(&["run", "--permits", "2", "db", "--", "touch", "c.ran"]);
     assert_eq!(third.status.code(), Some(75), "{}", stderr(&third));
     assert!(
         stderr(&third).contains("all 2 permits of semaphore \"db\" are held"),
@@ -52,7 +44,7 @@ fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
     );
     assert!(!w.path("c.ran").exists(), "a third command ran");
 
-    let status = output(&w, &["status", "--permits", "2", "db"]);
+    let status = w.output(&["status", "--permits", "2", "db"]);
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
     assert!(
         String::from_utf8_lossy(&status.stdout)
@@ -61,24 +53,7 @@ fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
         String::from_utf8_lossy(&status.stdout)
     );
 
-    let waiter = spawn(
-        &w,
-        &[
-            "run",
-            "--ttl",
-            "5s",
-            "--permits",
-            "2",
-            "--wait",
-            "--poll",
-            "100ms",
-            "db",
-            "--",
-            "sh",
-            "-c",
-            &permit_script("d"),
-        ],
-    );
+    let waiter = permit_holder(&w, &["--wait", "--poll", "100ms"], "d");
     std::fs::write(w.path("a.stop"), b"").expect("stop a");
     assert_eq!(wait_exit(a), 0);
     wait_for_file(&w, "d.started");
@@ -102,7 +77,7 @@ fn at_most_n_commands_run_and_a_waiter_takes_the_freed_permit() {
 fn a_bad_number_of_permits_is_a_usage_error_before_the_store_is_touched() {
     let w = World::new();
     for n in ["0", "10001", "two"] {
-        let out = output(&w, &["run", "--permits", n, "db", "--", "true"]);
+        let out = w.output(&["run", "--permits", n, "db", "--", "true"]);
         assert_eq!(
             out.status.code(),
             Some(64),
@@ -116,14 +91,14 @@ fn a_bad_number_of_permits_is_a_usage_error_before_the_store_is_touched() {
         );
     }
     assert!(!w.path("store").exists(), "the store was created");
-    let out = output(&w, &["status", "--permits", "2", "a", "b"]);
+    let out = w.output(&["status", "--permits", "2", "a", "b"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
 }
 
 /// The size of the fair queue record of `target` (`status --json` of its
 /// queue lease): it grows by one ticket per waiter that joins.
 fn queue_bytes(w: &World, target: &str) -> u64 {
-    let out = output(w, &["status", "--json", &format!("{target}/fair-queue")]);
+    let out = w.output(&["status", "--json", &format!("{target}/fair-queue")]);
     serde_json::from_slice::<serde_json::Value>(&out.stdout)
         .ok()
         .and_then(|v| v["checkpoint_bytes"].as_u64())
@@ -176,7 +151,7 @@ fn fair_runs_are_served_in_arrival_order() {
             ],
         ));
     }
-    let impatient = output(&w, &["run", "--fair", "job", "--", "true"]);
+    let impatient = w.output(&["run", "--fair", "job", "--", "true"]);
     assert_eq!(impatient.status.code(), Some(75), "{}", stderr(&impatient));
     assert!(
         stderr(&impatient).contains("4 fair waiter(s) are in line"),
@@ -239,7 +214,7 @@ fn a_fail_fast_fair_run_does_not_wait_for_someone_arriving() {
         std::time::Duration::from_secs(20),
     );
     let started = std::time::Instant::now();
-    let out = output(&w, &["run", "--fair", "job", "--", "touch", "ran"]);
+    let out = w.output(&["run", "--fair", "job", "--", "touch", "ran"]);
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
     assert!(
         started.elapsed() < std::time::Duration::from_secs(10),

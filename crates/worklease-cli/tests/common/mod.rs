@@ -3,6 +3,12 @@
 // Each test binary uses a part of them.
 #![allow(dead_code)]
 
+mod watched;
+
+// As the rest: each test binary uses a part of them.
+#[allow(unused_imports)]
+pub use watched::{assert_exit, code, signal, Watched};
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -55,6 +61,29 @@ pub fn holder_script(name: &str) -> String {
     format!(
         "echo $$ > \"$D/{name}.pid\"; echo \"$WORKLEASE_FENCING_TOKEN\" > \"$D/{name}.token\"; \
          touch \"$D/{name}.started\"; while [ ! -e \"$D/{name}.stop\" ]; do sleep 0.02; done"
+    )
+}
+
+/// [`holder_script`] under a SIGTERM trap that creates `$D/got_term`,
+/// then runs `then` (`exit 7`; empty: runs on).
+pub fn term_trapping_script(name: &str, then: &str) -> String {
+    let then = if then.is_empty() {
+        String::new()
+    } else {
+        format!("; {then}")
+    };
+    format!(
+        "trap 'touch \"$D/got_term\"{then}' TERM; {}",
+        holder_script(name)
+    )
+}
+
+/// `sh -c` text that writes `$D/<file>`: `gone` or the state letter of the
+/// process whose PID is in `$D/<pid_file>`.
+pub fn probe_script(pid_file: &str, file: &str) -> String {
+    format!(
+        "p=$(cat \"$D/{pid_file}\"); s=$(cut -d' ' -f3 \"/proc/$p/stat\" 2>/dev/null); \
+         echo \"${{s:-gone}}\" > \"$D/{file}\""
     )
 }
 
@@ -133,10 +162,6 @@ impl Drop for Running {
 
 pub fn spawn(w: &World, args: &[&str]) -> Running {
     Running(w.cmd(args).spawn().expect("spawn worklease"))
-}
-
-pub fn output(w: &World, args: &[&str]) -> Output {
-    w.cmd(args).output().expect("run worklease")
 }
 
 pub fn stderr(out: &Output) -> String {
