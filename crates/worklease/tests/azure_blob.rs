@@ -16,15 +16,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures_util::stream::{StreamExt, TryStreamExt};
-use object_store::path::Path;
-use object_store::ObjectStore;
 use worklease::conformance::Suite;
 use worklease::store::object::{AzureConfig, ObjectRegister};
-use worklease::store::register::{Handle, Register, RegisterError, RegisterStore};
-use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, WorkId};
+use worklease::store::register::RegisterStore;
+use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases};
+
+#[path = "common/object_prefix.rs"]
+mod common_object_prefix;
+#[path = "common/race.rs"]
+mod common_race;
+
+use common_object_prefix::{fresh_prefix, Cleanup, Guarded};
+use common_race::one_winner;
 
 const DEFAULT_URL: &str =
     "azblob://worklease-test/ci?endpoint=http://127.0.0.1:10000/devstoreaccount1";
@@ -42,38 +45,6 @@ fn base_config() -> AzureConfig {
     AzureConfig::from_url(&url).expect("WORKLEASE_TEST_AZURE_URL")
 }
 
-/// Deletes every blob under a prefix when dropped.
-struct Cleanup {
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let (store, prefix) = (self.store.clone(), self.prefix.clone());
-        // A runtime of its own: drop may run inside or outside one.
-        let result = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async {
-                let paths = store.list(Some(&prefix)).map_ok(|m| m.location).boxed();
-                store
-                    .delete_stream(paths)
-                    .try_collect::<Vec<_>>()
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            })
-        })
-        .join();
-        if let Ok(Err(e)) | Err(e) = result.map_err(|_| "panicked".to_string()) {
-            eprintln!("cannot delete the test blobs under {}: {e}", self.prefix);
-        }
-    }
-}
-
 /// Stores on one fresh prefix of the test container; each
 /// [`Fixture::store`] is a new client, as another process would have.
 struct Fixture {
@@ -84,53 +55,20 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let base = base_config();
-        let prefix = format!("{}/{:016x}", base.get_prefix(), rand::random::<u64>());
+        let prefix = fresh_prefix(base.get_prefix());
         let config = base.prefix(prefix.clone()).expect("prefix");
         let register = config.register().expect("Azure register");
         Self {
-            cleanup: Arc::new(Cleanup {
-                store: register.object_store().clone(),
-                prefix: Path::parse(&prefix).expect("prefix"),
-            }),
+            cleanup: Cleanup::of(&register, &prefix),
             config,
         }
     }
 
-    fn store(&self) -> Arc<RegisterStore<Guarded>> {
+    fn store(&self) -> Arc<RegisterStore<Guarded<ObjectRegister>>> {
         Arc::new(RegisterStore::new(Guarded {
             inner: self.config.register().expect("Azure register"),
             _cleanup: self.cleanup.clone(),
         }))
-    }
-}
-
-/// A register that keeps the test's [`Cleanup`] alive as long as it lives.
-struct Guarded {
-    inner: ObjectRegister,
-    _cleanup: Arc<Cleanup>,
-}
-
-#[async_trait]
-impl Register for Guarded {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn read(&self, key: &WorkId) -> Result<Option<(Bytes, Handle)>, RegisterError> {
-        self.inner.read(key).await
-    }
-    async fn write(
-        &self,
-        key: &WorkId,
-        previous: Option<&Handle>,
-        value: Bytes,
-    ) -> Result<Handle, RegisterError> {
-        self.inner.write(key, previous, value).await
-    }
-    async fn delete(&self, key: &WorkId, handle: &Handle) -> Result<(), RegisterError> {
-        self.inner.delete(key, handle).await
-    }
-    async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
-        self.inner.list().await
     }
 }
 
@@ -153,22 +91,7 @@ async fn thirty_two_concurrent_acquirers_have_one_winner() {
         .map(|i| leases(f.store(), &format!("racer-{i}"), ttl))
         .collect();
     for round in 1..=2u64 {
-        let results = futures_util::future::join_all(
-            clients
-                .iter()
-                .map(|l| l.acquire("jobs/contended", AcquireOptions::new())),
-        )
-        .await;
-        let mut winners = Vec::new();
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(t) => winners.push((i, t)),
-                Err(Error::Held { .. }) => {}
-                Err(e) => panic!("racer {i} failed otherwise than Held: {e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
-        let (i, token) = winners.pop().expect("one winner");
+        let (i, token) = one_winner(&clients, "jobs/contended", &format!("round {round}")).await;
         assert_eq!(token.fencing_token(), round);
         clients[i].release(token).await.expect("release");
     }

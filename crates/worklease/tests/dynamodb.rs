@@ -30,6 +30,11 @@ use worklease::store::proxy::{Direction, FaultProxy};
 use worklease::store::register::{Handle, Register, RegisterError, RegisterStore};
 use worklease::{AcquireOptions, Config, Error, LeaseStore, Leases, WorkId};
 
+#[path = "common/race.rs"]
+mod common_race;
+
+use common_race::one_winner;
+
 /// Which implementation a test runs on.
 #[derive(Clone, Copy, Debug)]
 enum Server {
@@ -169,22 +174,8 @@ async fn thirty_two_concurrent_acquirers_have_one_winner() {
             .collect();
         let mut last_token = 0;
         for round in 0..2 {
-            let results = futures_util::future::join_all(
-                clients
-                    .iter()
-                    .map(|c| c.acquire("jobs/contended", AcquireOptions::new())),
-            )
-            .await;
-            let mut winners = Vec::new();
-            for (i, r) in results.into_iter().enumerate() {
-                match r {
-                    Ok(t) => winners.push((i, t)),
-                    Err(Error::Held { .. }) => {}
-                    Err(e) => panic!("{server:?} round {round}: racer {i}: {e}"),
-                }
-            }
-            assert_eq!(winners.len(), 1, "{server:?} round {round}: {winners:?}");
-            let (i, token) = winners.remove(0);
+            let race = format!("{server:?} round {round}");
+            let (i, token) = one_winner(&clients, "jobs/contended", &race).await;
             assert!(token.fencing_token() > last_token, "{server:?}: S2");
             last_token = token.fencing_token();
             clients[i].release(token).await.expect("release");

@@ -187,10 +187,19 @@ async fn lost_at(renewal: &worklease::Renewal) -> Instant {
     Instant::now()
 }
 
-/// Checks a loss reported by the renewal at `lost`: caused by the window
-/// running out, no later than the deadline (plus timer slack), and before
-/// the contender's winning request was sent.
-fn check_loss(renewal: &worklease::Renewal, lost: Instant, contender_sent: Instant) {
+/// Checks the takeover after the renewal reported the lease lost at
+/// `lost`: the loss was caused by the window running out, no later than
+/// the deadline (plus timer slack), and before the contender's winning
+/// request was sent; the contender's token is larger than `t1`'s, and
+/// followed it by expiry. Returns the contender's token.
+async fn check_takeover(
+    renewal: &worklease::Renewal,
+    lost: Instant,
+    contender: tokio::task::JoinHandle<(Token, Instant)>,
+    c: &Leases,
+    t1: &Token,
+) -> Token {
+    let (t2, contender_sent) = contender.await.expect("contender");
     let cause = renewal.lost_cause().expect("a cause");
     assert!(
         matches!(cause, Error::WindowExhausted { .. }),
@@ -216,6 +225,9 @@ fn check_loss(renewal: &worklease::Renewal, lost: Instant, contender_sent: Insta
         lost.saturating_duration_since(deadline),
         contender_sent - lost
     );
+    assert!(t2.fencing_token() > t1.fencing_token());
+    assert_followed_expiry(c, &t2, t1.fencing_token()).await;
+    t2
 }
 
 /// Checks that `t2` followed `previous` (of holder "a") by expiry, by the
@@ -323,10 +335,7 @@ async fn black_hole_during_renewal(server: &dyn Server) {
     let lost = lost_at(&renewal).await;
     let dropped = proxy.stats().dropped(Direction::Request);
     assert!(dropped > 0, "no renewal request went into the black hole");
-    let (t2, contender_sent) = contender.await.expect("contender");
-    check_loss(&renewal, lost, contender_sent);
-    assert!(t2.fencing_token() > t1.fencing_token());
-    assert_followed_expiry(&c, &t2, t1.fencing_token()).await;
+    let t2 = check_takeover(&renewal, lost, contender, &c, &t1).await;
 
     proxy.restore().await;
     c.release(t2).await.expect("release");
@@ -424,15 +433,16 @@ async fn latency_beyond_the_margin(server: &dyn Server) {
     proxy.set_latency(Direction::Reply, TTL).expect("latency");
     let contender = contend(&c, &w);
     let lost = lost_at(&renewal).await;
-    let (t2, contender_sent) = contender.await.expect("contender");
-    check_loss(&renewal, lost, contender_sent);
-    assert!(t2.fencing_token() > t1.fencing_token());
-    assert_followed_expiry(&c, &t2, t1.fencing_token()).await;
+    let t2 = check_takeover(&renewal, lost, contender, &c, &t1).await;
 
     proxy.restore().await;
     c.release(t2).await.expect("release");
     server.cleanup().await;
 }
+
+#[cfg(feature = "postgres")]
+#[path = "common/postgres.rs"]
+mod common_postgres;
 
 #[cfg(feature = "postgres")]
 mod pg {
@@ -447,10 +457,7 @@ mod pg {
 
     impl PostgresServer {
         pub async fn new() -> Self {
-            let url = std::env::var("WORKLEASE_TEST_POSTGRES_URL")
-                .ok()
-                .filter(|u| !u.is_empty())
-                .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string());
+            let url = crate::common_postgres::server_url();
             let addr = server_addr(&url, 5432).await;
             let table = format!("wl_test_net_{:08x}", rand::random::<u32>());
             Self { url, addr, table }
@@ -498,15 +505,7 @@ mod pg {
         async fn cleanup(&self) {
             let config: tokio_postgres::Config = self.url.parse().expect("valid URL");
             let store = PostgresStore::new(config, self.options()).expect("store");
-            let client = store.pool().get().await.expect("connection");
-            client
-                .batch_execute(&format!(
-                    "DROP TABLE IF EXISTS {}; DROP SEQUENCE IF EXISTS {}",
-                    store.table().quoted(),
-                    store.table().sequence_quoted()
-                ))
-                .await
-                .expect("drop the test table");
+            crate::common_postgres::drop_table(&store).await;
         }
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use futures_util::stream::{BoxStream, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
@@ -34,6 +34,14 @@ use worklease::conformance::Suite;
 use worklease::store::object::{purge_released, ObjectLeaseStore, ObjectRegister, S3Config};
 use worklease::store::register::{Register, RegisterError, RegisterStore};
 use worklease::{AcquireOptions, Config, Error, LeaseEnd, LeaseStore, Leases, WorkId};
+
+#[path = "common/object_prefix.rs"]
+mod common_object_prefix;
+#[path = "common/race.rs"]
+mod common_race;
+
+use common_object_prefix::{fresh_prefix, Cleanup, Guarded};
+use common_race::one_winner;
 
 const DEFAULT_URL: &str =
     "s3://worklease-test/worklease-test?endpoint=http://127.0.0.1:5000&region=us-east-1";
@@ -51,38 +59,6 @@ fn base_config() -> S3Config {
     S3Config::from_url(&url).expect("WORKLEASE_TEST_S3_URL")
 }
 
-/// Deletes every object under a prefix when dropped.
-struct Cleanup {
-    store: Arc<dyn ObjectStore>,
-    prefix: Path,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let (store, prefix) = (self.store.clone(), self.prefix.clone());
-        // A runtime of its own: drop may run inside or outside one.
-        let result = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async {
-                let paths = store.list(Some(&prefix)).map_ok(|m| m.location).boxed();
-                store
-                    .delete_stream(paths)
-                    .try_collect::<Vec<_>>()
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            })
-        })
-        .join();
-        if let Ok(Err(e)) | Err(e) = result.map_err(|_| "panicked".to_string()) {
-            eprintln!("cannot delete the test objects under {}: {e}", self.prefix);
-        }
-    }
-}
-
 /// Registers on one fresh prefix of the test server. Each
 /// [`Fixture::register`] is a new client, as another process would have.
 struct Fixture {
@@ -93,14 +69,11 @@ struct Fixture {
 impl Fixture {
     fn new() -> Self {
         let base = base_config();
-        let prefix = format!("{}/{:016x}", base.get_prefix(), rand::random::<u64>());
+        let prefix = fresh_prefix(base.get_prefix());
         let config = base.prefix(prefix.clone()).expect("prefix");
         let register = config.register().expect("S3 register");
         Self {
-            cleanup: Arc::new(Cleanup {
-                store: register.object_store().clone(),
-                prefix: Path::parse(&prefix).expect("prefix"),
-            }),
+            cleanup: Cleanup::of(&register, &prefix),
             config,
         }
     }
@@ -127,43 +100,6 @@ impl Fixture {
 
     fn store(&self) -> Arc<RegisterStore<Guarded<ObjectRegister>>> {
         Arc::new(RegisterStore::new(self.register()))
-    }
-}
-
-/// A register that keeps the test's [`Cleanup`] alive as long as it lives.
-struct Guarded<R> {
-    inner: R,
-    _cleanup: Arc<Cleanup>,
-}
-
-#[async_trait]
-impl<R: Register> Register for Guarded<R> {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn read(
-        &self,
-        key: &WorkId,
-    ) -> Result<Option<(Bytes, worklease::store::register::Handle)>, RegisterError> {
-        self.inner.read(key).await
-    }
-    async fn write(
-        &self,
-        key: &WorkId,
-        previous: Option<&worklease::store::register::Handle>,
-        value: Bytes,
-    ) -> Result<worklease::store::register::Handle, RegisterError> {
-        self.inner.write(key, previous, value).await
-    }
-    async fn delete(
-        &self,
-        key: &WorkId,
-        handle: &worklease::store::register::Handle,
-    ) -> Result<(), RegisterError> {
-        self.inner.delete(key, handle).await
-    }
-    async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
-        self.inner.list().await
     }
 }
 
@@ -199,22 +135,7 @@ async fn thirty_two_concurrent_acquirers_have_one_winner() {
         .map(|i| leases(f.store(), &format!("racer-{i}"), ttl))
         .collect();
     for round in 1..=2u64 {
-        let results = futures_util::future::join_all(
-            clients
-                .iter()
-                .map(|l| l.acquire(work, AcquireOptions::new())),
-        )
-        .await;
-        let mut winners = Vec::new();
-        for (i, r) in results.into_iter().enumerate() {
-            match r {
-                Ok(t) => winners.push((i, t)),
-                Err(Error::Held { .. }) => {}
-                Err(e) => panic!("racer {i} failed otherwise than Held: {e}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
-        let (i, token) = winners.pop().expect("one winner");
+        let (i, token) = one_winner(&clients, work, &format!("round {round}")).await;
         assert_eq!(token.fencing_token(), round);
         let info = f.store().inspect(&[id(work)]).await.expect("inspect");
         assert_eq!(info[0].holder_id, format!("racer-{i}"));

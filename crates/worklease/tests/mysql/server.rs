@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use worklease::store::mysql::mysql_async::{self, prelude::Queryable};
 
-pub(crate) use crate::common_net::free_port;
+use crate::common_net::free_port;
+use crate::common_sql_store::Throwaway;
 
 /// A program of the server package, on PATH or in /usr/sbin, /usr/bin.
 fn program(names: &[&str]) -> PathBuf {
@@ -206,6 +207,21 @@ impl Server {
         })
         .await
         .expect("stop task");
+    }
+}
+
+#[async_trait::async_trait]
+impl Throwaway for Server {
+    fn server_url(&self) -> String {
+        self.url()
+    }
+
+    async fn stop_cleanly(&self) {
+        self.stop(false).await;
+    }
+
+    async fn resume(&self) {
+        self.start_again().await;
     }
 }
 

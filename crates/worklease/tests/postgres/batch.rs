@@ -13,7 +13,7 @@ use worklease::store::postgres::{PostgresStore, MAX_BATCH};
 use worklease::store::LeaseRef;
 use worklease::{Error, HolderId, LeaseStore, WorkId};
 
-use super::{drop_table, fresh_table, open, open_shared, Cluster};
+use super::{drop_table, fresh_table, Cluster, SqlStore};
 
 /// The statements the server ran since the last reset, by
 /// `pg_stat_statements` (the statistics' own statements left out).
@@ -54,7 +54,7 @@ async fn a_batch_is_one_statement() {
     let cluster =
         Cluster::start_with(|_| "-c shared_preload_libraries=pg_stat_statements".into()).await;
     let table = fresh_table("stmts");
-    let store = open(&cluster.url(), &table).await;
+    let store = PostgresStore::open(&cluster.url(), &table).await;
     store
         .pool()
         .get()
@@ -143,7 +143,7 @@ struct Belief {
 async fn racing_batch_acquisitions_never_deadlock_nor_grant_twice() {
     let table = fresh_table("batchrace");
     let stores: Vec<Arc<PostgresStore>> = futures_util::future::join_all(
-        (0..3).map(|_| async { Arc::new(open_shared(&table).await) }),
+        (0..3).map(|_| async { Arc::new(PostgresStore::open_shared(&table).await) }),
     )
     .await;
     let ttl = Duration::from_millis(600);

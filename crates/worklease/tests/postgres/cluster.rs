@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use worklease::store::postgres::PostgresStore;
 
+use crate::common_sql_store::Throwaway;
+
 pub(crate) struct ClusterInfo {
     bin: PathBuf,
     pub(crate) dir: PathBuf,
@@ -108,7 +110,7 @@ fn server_bin() -> PathBuf {
     )
 }
 
-pub(crate) use crate::common_net::free_port;
+use crate::common_net::free_port;
 
 impl Cluster {
     pub(crate) async fn start() -> Self {
@@ -197,6 +199,21 @@ impl Cluster {
             .await
             .expect("start task")
             .expect("pg_ctl start");
+    }
+}
+
+#[async_trait::async_trait]
+impl Throwaway for Cluster {
+    fn server_url(&self) -> String {
+        self.url()
+    }
+
+    async fn stop_cleanly(&self) {
+        self.stop("fast").await;
+    }
+
+    async fn resume(&self) {
+        self.start_again().await;
     }
 }
 
