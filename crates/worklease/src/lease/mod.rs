@@ -1,5 +1,7 @@
 //! Acquire, renew, checkpoint, read, release: the lease API of the Go
-//! `worklease` package, over any [`LeaseStore`].
+//! `worklease` package, over any [`LeaseStore`]. The holder's own
+//! deadline (when it stops believing a lease is its own) is
+//! [`Leases::deadline_from`]'s rule, applied to every grant and renewal.
 
 pub(crate) mod acquire;
 pub(crate) mod background;
@@ -7,15 +9,17 @@ pub(crate) mod batch;
 pub mod fair;
 pub(crate) mod finish;
 pub(crate) mod granting;
+mod options;
 pub(crate) mod renewal;
 pub(crate) mod session;
+
+pub use options::{AcquireOptions, Config, DEFAULT_POLL_INTERVAL};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::field::Empty;
 use tracing::Instrument;
 
@@ -25,143 +29,11 @@ use crate::lease::session::SessionHandle;
 use crate::limits::{check_checkpoint, check_ttl, HolderId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{
-    CheckpointEvent, FencedEvent, LeaseObserver, NoopObserver, Operation, ReadCheckpointEvent,
+    CheckpointEvent, FencedEvent, LeaseObserver, Operation, ReadCheckpointEvent,
     ReleaseEvent, RenewEvent,
 };
 use crate::store::{Checkpoint, Handoff, LeaseStore};
 use crate::token::{lease_ref, Token};
-
-/// The default poll interval of a waiting acquisition (as in the Go
-/// original).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Settings of a [`Leases`] handle (Go: `Config`).
-#[derive(Clone)]
-pub struct Config {
-    holder_id: String,
-    ttl: Duration,
-    safety_margin: Option<Duration>,
-    observer: Arc<dyn LeaseObserver>,
-}
-
-impl Config {
-    /// A holder ID (unique per process: two processes with one holder ID are
-    /// one holder to the store) and a lease TTL. Checked by [`Leases::new`].
-    pub fn new(holder_id: impl Into<String>, ttl: Duration) -> Self {
-        Self {
-            holder_id: holder_id.into(),
-            ttl,
-            safety_margin: None,
-            observer: Arc::new(NoopObserver),
-        }
-    }
-
-    /// The observer of every operation; default [`NoopObserver`].
-    pub fn observer(mut self, observer: Arc<dyn LeaseObserver>) -> Self {
-        self.observer = observer;
-        self
-    }
-
-    /// How long before the end of its TTL a holder stops counting the lease
-    /// as its own (the crate docs' "Clocks": send time + TTL − margin). It covers
-    /// clock-rate differences between holder and store and the time a
-    /// holder needs to stop its work. Default: TTL/10. Must be shorter than
-    /// the TTL.
-    pub fn safety_margin(mut self, margin: Duration) -> Self {
-        self.safety_margin = Some(margin);
-        self
-    }
-}
-
-/// Options of one acquisition (Go: `WithWaitForLease`, `WithPollInterval`).
-#[derive(Clone, Debug)]
-pub struct AcquireOptions {
-    pub(crate) wait: bool,
-    pub(crate) fair: bool,
-    pub(crate) poll_interval: Duration,
-    pub(crate) wait_timeout: Option<Duration>,
-    pub(crate) cancel: Option<CancellationToken>,
-}
-
-impl Default for AcquireOptions {
-    fn default() -> Self {
-        Self {
-            wait: false,
-            fair: false,
-            poll_interval: DEFAULT_POLL_INTERVAL,
-            wait_timeout: None,
-            cancel: None,
-        }
-    }
-}
-
-impl AcquireOptions {
-    /// Fail fast with `Held` when the lease is taken.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Wait until the lease is free instead of failing with `Held`. The wait
-    /// ends early when the store notifies a release, when the holder's lease
-    /// is due to expire by the store's clock, and otherwise every poll
-    /// interval. Cancel it by dropping the future, through
-    /// [`AcquireOptions::cancel_on`], or with [`AcquireOptions::wait_timeout`].
-    pub fn wait_for_lease(mut self) -> Self {
-        self.wait = true;
-        self
-    }
-
-    /// Whether waiting was asked for (Go: `HasWaitForLease`).
-    pub fn waits(&self) -> bool {
-        self.wait
-    }
-
-    /// Wait in line: fair waiters of a lease (or of a semaphore's permits)
-    /// are served in the order they arrived, and a fail-fast fair
-    /// acquisition refuses while fair waiters are queued. Built from
-    /// leases on every store (`T/fair-queue`, `T/fair-waiter/<slot>`,
-    /// next to the target `T`; a semaphore's line is next to
-    /// `NAME/permit/line`); a waiter that dies leaves the line within its
-    /// TTL, one that is cancelled, times out or is dropped at once (a
-    /// dropped one lets go in the background: await
-    /// [`Leases::settle`] before the process exits). Costs a few more
-    /// round trips than an unfair acquisition, and only orders fair
-    /// acquirers among themselves: an unfair one may still take a free
-    /// lease first. See ADR 0015 for the rules and bounds.
-    pub fn fair(mut self) -> Self {
-        self.fair = true;
-        self
-    }
-
-    /// Whether fair waiting was asked for.
-    pub fn is_fair(&self) -> bool {
-        self.fair
-    }
-
-    /// How often a waiting acquisition retries; default 2 s; must be at
-    /// least 1 ms.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// The poll interval in force.
-    pub fn get_poll_interval(&self) -> Duration {
-        self.poll_interval
-    }
-
-    /// Give up waiting after `timeout` with [`Error::WaitTimedOut`].
-    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
-        self.wait_timeout = Some(timeout);
-        self
-    }
-
-    /// Give up waiting with [`Error::Cancelled`] when `cancel` fires.
-    pub fn cancel_on(mut self, cancel: CancellationToken) -> Self {
-        self.cancel = Some(cancel);
-        self
-    }
-}
 
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn LeaseStore>,
@@ -348,8 +220,19 @@ impl Leases {
         m::count(m::ACQUISITIONS_TOTAL, store, &result);
         result
     }
+    /// How long after it sent an acquire or renew request a holder keeps
+    /// believing the lease it got is its own: the TTL less the safety
+    /// margin (the crate docs' "Clocks").
+    pub(crate) fn belief_window(&self) -> Duration {
+        self.inner.ttl - self.inner.margin
+    }
+
+    /// The holder's own deadline for a lease whose acquire or renew request
+    /// was sent at `sent` (tokio's monotonic clock): `sent` + TTL − safety
+    /// margin. Every grant and renewal sets its token's deadline here; the
+    /// session fires the lost signal when it passes.
     pub(crate) fn deadline_from(&self, sent: Instant) -> Instant {
-        sent + (self.inner.ttl - self.inner.margin)
+        sent + self.belief_window()
     }
 
     pub(crate) fn check_token(&self, token: &Token) -> Result<()> {

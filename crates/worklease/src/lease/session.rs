@@ -240,7 +240,7 @@ impl Scheduler {
             return;
         };
         let leases = Leases { inner };
-        let window = leases.ttl() - leases.safety_margin();
+        let window = leases.belief_window();
         let now = Instant::now();
         let deadline = start.token.deadline;
         let last_sent = deadline.map(|d| d - window);
@@ -349,7 +349,7 @@ impl Scheduler {
         };
         let leases = Leases { inner };
         let max = leases.store().max_batch().max(1);
-        let window = leases.ttl() - leases.safety_margin();
+        let window = leases.belief_window();
         let widest = now + self.max_interval / 2;
         // A batch goes out only when at least one lease is due; it fills
         // up with those due soonest, up to half their interval early.
@@ -443,7 +443,7 @@ impl Scheduler {
         let window = self
             .leases
             .upgrade()
-            .map(|inner| inner.ttl - inner.margin)
+            .map(|inner| Leases { inner }.belief_window())
             .unwrap_or_default();
         let (outcomes, batch_error): (Vec<Option<Result<Token>>>, Option<String>) = match result {
             Ok(v) => (v.into_iter().map(Some).collect(), None),

@@ -357,7 +357,7 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    /// [`acquire_step`] for each of `work_ids` in order, in one
+    /// `acquire_step` for each of `work_ids` in order, in one
     /// transaction, until `max` are granted.
     async fn acquire_many(
         &self,
