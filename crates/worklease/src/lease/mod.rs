@@ -29,8 +29,8 @@ use crate::lease::session::SessionHandle;
 use crate::limits::{check_checkpoint, check_ttl, HolderId};
 use crate::metrics::{self as m, finish_span};
 use crate::observe::{
-    CheckpointEvent, FencedEvent, LeaseObserver, Operation, ReadCheckpointEvent,
-    ReleaseEvent, RenewEvent,
+    CheckpointEvent, FencedEvent, LeaseObserver, Operation, ReadCheckpointEvent, ReleaseEvent,
+    RenewEvent,
 };
 use crate::store::{Checkpoint, Handoff, LeaseStore};
 use crate::token::{lease_ref, Token};
