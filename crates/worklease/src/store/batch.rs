@@ -85,7 +85,8 @@ pub async fn acquire_each<S: LeaseStore + ?Sized>(
 
 /// Renewal verdicts as [`LeaseStore::renew_many`] answers them: each
 /// renewed lease's new wall-clock expiry (`ttl` from now, read once the
-/// store has answered), each refused one's error.
+/// store has answered), each refused one's error. Used by the SQL stores.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn renewed(verdicts: Vec<Result<()>>, ttl: Duration) -> Vec<Result<SystemTime>> {
     let expires_at = SystemTime::now() + ttl;
     verdicts

@@ -77,13 +77,16 @@ pub(crate) mod url_query;
 pub use crate::token::LeaseRef;
 
 /// A lease named by a call, owned so that it can go where the call's
-/// borrows cannot (a blocking thread, a spawned request).
+/// borrows cannot (a blocking thread, a spawned request). Used by the
+/// SQLite store and the simulation.
+#[cfg(any(feature = "sqlite", feature = "testkit"))]
 pub(crate) struct OwnedLease {
     work_id: WorkId,
     holder_id: HolderId,
     fencing_token: u64,
 }
 
+#[cfg(any(feature = "sqlite", feature = "testkit"))]
 impl OwnedLease {
     /// `lease`, owned.
     pub(crate) fn of(lease: LeaseRef<'_>) -> Self {

@@ -199,8 +199,7 @@
 
 use std::path::PathBuf;
 #[cfg(feature = "sqlite")]
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
