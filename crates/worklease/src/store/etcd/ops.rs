@@ -1,6 +1,7 @@
 //! The lease operations: [`LeaseStore`] for [`EtcdStore`] (acquire,
-//! read checkpoint, release, revoke; renewal and checkpoint in `renew.rs`,
-//! inspection in `inspect.rs`, the watch in `watch.rs`).
+//! read checkpoint, release, revoke; the acquisition itself in
+//! `acquire.rs`, renewal of one lease or a batch in `batch.rs`, checkpoint
+//! in `renew.rs`, inspection in `inspect.rs`, the watch in `watch.rs`).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
