@@ -127,6 +127,30 @@ fn legend_line(color: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)
     move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
 }
 
+/// Draws the series' legend box of a panel at `position`.
+fn draw_legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(position)
+        .draw()?;
+    Ok(())
+}
+
+/// Milliseconds on a log axis: two decimals below 1 ms.
+fn ms(y: &f64) -> String {
+    if *y < 1.0 {
+        format!("{y:.2}")
+    } else {
+        format!("{y:.0}")
+    }
+}
+
 fn throughput(run: &Run, path: &Path) -> Result<()> {
     let stores = stores_of(&run.cycle, |r| &r.store);
     let (root, areas) = grid(
@@ -175,13 +199,7 @@ fn throughput(run: &Run, path: &Path) -> Result<()> {
                 .legend(legend_line(color));
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present()?;
     Ok(())
@@ -235,13 +253,7 @@ fn latency(run: &Run, clients: usize, path: &Path) -> Result<()> {
             .y_desc("ms per cycle")
             .x_labels(6)
             .x_label_formatter(&nines_label)
-            .y_label_formatter(&|y| {
-                if *y < 1.0 {
-                    format!("{y:.2}")
-                } else {
-                    format!("{y:.0}")
-                }
-            })
+            .y_label_formatter(&ms)
             .label_style((FONT, 15))
             .draw()?;
         for r in &mine {
@@ -262,13 +274,7 @@ fn latency(run: &Run, clients: usize, path: &Path) -> Result<()> {
                 .legend(legend_line(color));
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
     root.present()?;
     Ok(())
@@ -305,13 +311,7 @@ fn handoff(run: &Run, path: &Path) -> Result<()> {
             .y_desc("median ms")
             .x_labels(xmax as usize + 1)
             .x_label_formatter(&pow2_label)
-            .y_label_formatter(&|y| {
-                if *y < 1.0 {
-                    format!("{y:.2}")
-                } else {
-                    format!("{y:.0}")
-                }
-            })
+            .y_label_formatter(&ms)
             .label_style((FONT, 15))
             .draw()?;
         for (mode, across) in [
@@ -377,13 +377,7 @@ fn handoff(run: &Run, path: &Path) -> Result<()> {
                 .label("2 store round trips")
                 .legend(legend_line(BASELINE));
         }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     }
     root.present()?;
     Ok(())
