@@ -7,7 +7,10 @@
 # (mariadb-install-db) on a free loopback port, stopped and removed at
 # exit. Either way the server binaries must be installed: the restart
 # tests start servers of their own.
-# Exports WORKLEASE_TEST_MYSQL_URL. Quiet unless something fails.
+# Exports WORKLEASE_TEST_MYSQL_URL. Also starts, always, a throwaway server
+# whose global transaction isolation is SERIALIZABLE (and sql_mode ANSI,
+# NO_BACKSLASH_ESCAPES) and exports its URL as
+# WORKLEASE_TEST_MYSQL_SERIALIZABLE_URL. Quiet unless something fails.
 
 worklease_mysql_answers() { # port
     mariadb --protocol=tcp -h 127.0.0.1 -P "$1" -u root -N -e 'SELECT 1' >/dev/null 2>&1
@@ -30,6 +33,16 @@ worklease_mysql_service() {
         return 0
     fi
 
+    worklease_mysql_throwaway WORKLEASE_TEST_MYSQL_URL
+}
+
+# Starts a throwaway server of the installed mariadbd with its own datadir
+# on a free loopback port in 13306-13406, stopped and removed at exit;
+# exports its URL (database `test`) as the variable named $1. Further
+# arguments go to mariadbd.
+worklease_mysql_throwaway() { # variable [mariadbd options...]
+    local var="$1"
+    shift
     # A free loopback port: nothing accepts connections on it.
     local port=""
     local candidate
@@ -61,7 +74,7 @@ worklease_mysql_service() {
     mariadbd="$(command -v mariadbd || echo /usr/sbin/mariadbd)"
     "$mariadbd" --no-defaults --datadir="$dir/data" --socket="$dir/sock" \
         --pid-file="$dir/pid" --log-error="$dir/log" --port="$port" \
-        --bind-address=127.0.0.1 "${user_args[@]}" >/dev/null 2>&1 &
+        --bind-address=127.0.0.1 "${user_args[@]}" "$@" >/dev/null 2>&1 &
     cleanup+=("kill $! 2>/dev/null; for _ in \$(seq 1 300); do kill -0 $! 2>/dev/null || break; sleep 0.1; done; rm -rf '$dir'")
 
     # mariadbd says nothing when it listens: wait until it answers.
@@ -69,7 +82,7 @@ worklease_mysql_service() {
     for tries in $(seq 1 300); do
         if worklease_mysql_answers "$port"; then
             mariadb --protocol=tcp -h 127.0.0.1 -P "$port" -u root -e 'CREATE DATABASE test'
-            export WORKLEASE_TEST_MYSQL_URL="mysql://root@127.0.0.1:$port/test"
+            export "$var=mysql://root@127.0.0.1:$port/test"
             return 0
         fi
         sleep 0.1
@@ -93,4 +106,10 @@ worklease_mysql_drop_test_tables() { # port
 }
 
 worklease_mysql_service
-unset -f worklease_mysql_service
+# A server whose global isolation is SERIALIZABLE and whose sql_mode
+# changes how SQL is read (ANSI: double quotes name identifiers, || joins
+# strings; no backslash escapes), as a DBA may set them: the store must
+# not depend on either (tests/common/sql_isolation.rs).
+worklease_mysql_throwaway WORKLEASE_TEST_MYSQL_SERIALIZABLE_URL \
+    --transaction-isolation=SERIALIZABLE --sql-mode=ANSI,NO_BACKSLASH_ESCAPES
+unset -f worklease_mysql_service worklease_mysql_throwaway

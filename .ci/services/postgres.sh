@@ -47,3 +47,8 @@ fi
 if [ "${WORKLEASE_TEST_POSTGRES_URL}" = "$pg_shared_url" ]; then
     cleanup+=("psql -h 127.0.0.1 -p 5432 -U postgres -d test -Atqc \"DO \\\$\\\$ DECLARE r record; BEGIN FOR r IN SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'wl\\\\_test\\\\_%' AND c.relkind IN ('r','S') ORDER BY c.relkind DESC LOOP EXECUTE format('DROP %s IF EXISTS %I CASCADE', CASE r.relkind WHEN 'r' THEN 'TABLE' ELSE 'SEQUENCE' END, r.relname); END LOOP; END \\\$\\\$\" >/dev/null")
 fi
+# The SERIALIZABLE databases the tests create (wl_test_serializable_*,
+# tests/common/postgres.rs): dropped at exit on a shared server.
+if [ "${WORKLEASE_TEST_POSTGRES_URL}" = "$pg_shared_url" ]; then
+    cleanup+=("psql -h 127.0.0.1 -p 5432 -U postgres -d test -Atqc \"SELECT datname FROM pg_database WHERE datname LIKE 'wl\\\\_test\\\\_serializable\\\\_%'\" | while read -r db; do psql -h 127.0.0.1 -p 5432 -U postgres -d test -Atqc \"DROP DATABASE IF EXISTS \\\"\$db\\\" WITH (FORCE)\" >/dev/null; done")
+fi

@@ -96,7 +96,7 @@ pub fn code_of(error: &Error) -> u8 {
         Error::Expired { .. } | Error::Fenced { .. } | Error::WindowExhausted { .. } => LOST,
         Error::Invalid(_) => USAGE,
         Error::UnsafeStoreFile { .. } => NOPERM,
-        Error::Store(_) => UNAVAILABLE,
+        Error::Store(_) | Error::StoreSetup(_) => UNAVAILABLE,
         _ => SOFTWARE,
     }
 }

@@ -255,6 +255,10 @@ async fn acquire(
             expires_in,
             ..
         }) => (holder_id, expires_in),
+        Err(e) if args.wait && e.is_transient() => {
+            first_try_failed(&e, "the lease");
+            (String::new(), None)
+        }
         Err(e) => return Err(e.into()),
     };
     let by_observation = store.expiry_clock() == ExpiryClock::Observation;
@@ -366,6 +370,13 @@ where
     }
 }
 
+/// Says that the first, fail-fast try for `what` failed in the store (a
+/// transient failure its own retries did not outlast): with `--wait`, the
+/// wait goes on through it, as through a store failure while waiting.
+fn first_try_failed(e: &Error, what: &str) {
+    tracing::warn!(error = %e, "store failed on the first try for {what}; waiting");
+}
+
 /// "the 1 permit", "all 3 permits".
 fn permits_phrase(n: usize) -> String {
     if n == 1 {
@@ -439,6 +450,7 @@ async fn acquire_permit(
                 fmt_secs(args.poll)
             );
         }
+        Err(e) if args.wait && e.is_transient() => first_try_failed(&e, "a permit"),
         Err(e) => return Err(e.into()),
     }
     let options = fair(

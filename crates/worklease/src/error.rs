@@ -302,9 +302,19 @@ pub enum Error {
     /// An argument broke a limit; nothing was written.
     #[error("invalid input: {0}")]
     Invalid(#[from] InvalidInput),
-    /// The store failed (unreachable, I/O error, corrupt data).
+    /// The store failed (unreachable, I/O error, corrupt data, a transient
+    /// refusal the store's own retries did not outlast): a retry may cure
+    /// it ([`Error::is_transient`]).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store cannot be used as it is set up, and trying again does not
+    /// help until an operator acts (the SQL stores): its table is another
+    /// application's or has a newer schema version, does not exist where
+    /// the store may not create it, or the role lacks a privilege the store
+    /// needs. Not transient: a waiting acquisition or a campaign stops on
+    /// it. The message says what to do.
+    #[error(transparent)]
+    StoreSetup(StoreError),
 }
 
 impl Error {
@@ -338,7 +348,8 @@ impl Error {
         )
     }
 
-    /// True for a failure of the store, which a retry may cure.
+    /// True for a failure of the store, which a retry may cure
+    /// ([`Error::Store`]; not [`Error::StoreSetup`]).
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Store(_))
     }

@@ -140,7 +140,8 @@ pub fn outcome<T>(result: &Result<T, Error>) -> &'static str {
 /// The kind of an error as a label value (`held`, also for a semaphore
 /// whose permits are all held and for fair waiters ahead, `expired`, `fenced`,
 /// `window_exhausted`, `no_lease`, `resigned`, `cancelled`,
-/// `wait_timed_out`, `invalid`, `unsafe_store_file`, `store_error`).
+/// `wait_timed_out`, `invalid`, `unsafe_store_file`, `store_error`,
+/// `store_setup`).
 pub fn error_kind(error: &Error) -> &'static str {
     match error {
         Error::Held { .. } | Error::PermitsHeld { .. } | Error::WaitersAhead { .. } => "held",
@@ -154,6 +155,7 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::Invalid(_) => "invalid",
         Error::UnsafeStoreFile { .. } => "unsafe_store_file",
         Error::Store(_) => "store_error",
+        Error::StoreSetup(_) => "store_setup",
     }
 }
 

@@ -24,6 +24,8 @@ mod common_lease;
 mod common_net;
 #[path = "common/privilege.rs"]
 mod common_privilege;
+#[path = "common/sql_isolation.rs"]
+mod common_sql_isolation;
 #[path = "common/sql_store.rs"]
 mod common_sql_store;
 #[cfg(feature = "mysql-tls")]
@@ -63,6 +65,16 @@ impl SqlStore for MysqlStore {
 
     fn shared_url() -> String {
         server_url()
+    }
+
+    async fn serializable_url() -> String {
+        std::env::var("WORKLEASE_TEST_MYSQL_SERIALIZABLE_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .expect(
+                "WORKLEASE_TEST_MYSQL_SERIALIZABLE_URL: a server whose global isolation is \
+                 SERIALIZABLE (.ci/services/mysql.sh starts one)",
+            )
     }
 
     fn unopened(url: &str, table: &str) -> Self {
@@ -197,6 +209,20 @@ worklease::conformance_tests!(mysql, paused = false, async {
         MysqlStore::open_shared(&fresh_table("check")).await,
     ))
 });
+
+// The contract on a server whose global isolation is SERIALIZABLE
+// (`common/sql_isolation.rs`).
+worklease::conformance_tests!(mysql_serializable, paused = false, async {
+    let url = MysqlStore::serializable_url().await;
+    Suite::new(Arc::new(
+        MysqlStore::open(&url, &fresh_table("check")).await,
+    ))
+});
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_uses_and_waits_under_serializable() {
+    common_sql_isolation::first_uses_and_waits_under_serializable::<MysqlStore>().await;
+}
 
 /// The GET_LOCK failure of JasperFx/wolverine#4284: a holder that acquires
 /// its own lease again and again, then releases once, leaves it free (a

@@ -36,6 +36,8 @@ mod common_net;
 mod common_postgres;
 #[path = "common/privilege.rs"]
 mod common_privilege;
+#[path = "common/sql_isolation.rs"]
+mod common_sql_isolation;
 #[path = "common/sql_store.rs"]
 mod common_sql_store;
 #[path = "postgres/privilege.rs"]
@@ -43,7 +45,7 @@ mod privilege;
 
 use cluster::{forget_connections, Cluster};
 use common_lease::acquire_checkpointed;
-use common_postgres::{drop_table, server_url};
+use common_postgres::{drop_table, serializable_database_url, server_url};
 use common_sql_store::{assert_held, fresh_table, leases, with_params, Gate, SqlStore, Tokens};
 
 /// The table every conformance check of this run shares (each check uses
@@ -60,6 +62,10 @@ impl SqlStore for PostgresStore {
 
     fn shared_url() -> String {
         server_url()
+    }
+
+    async fn serializable_url() -> String {
+        serializable_database_url().await
     }
 
     fn unopened(url: &str, table: &str) -> Self {
@@ -176,6 +182,39 @@ impl SqlStore for PostgresStore {
 worklease::conformance_tests!(postgres, paused = false, async {
     Suite::new(Arc::new(PostgresStore::open_shared(run_table()).await))
 });
+
+// The contract in a database whose default isolation is SERIALIZABLE: the
+// store pins READ COMMITTED on its connections (`common/sql_isolation.rs`).
+worklease::conformance_tests!(postgres_serializable, paused = false, async {
+    let url = serializable_database_url().await;
+    Suite::new(Arc::new(PostgresStore::open(&url, run_table()).await))
+});
+
+/// The store's connections pin what its statements rely on, whatever the
+/// database defaults to: READ COMMITTED, and `synchronous_commit` on.
+#[tokio::test]
+async fn connections_pin_read_committed_and_synchronous_commit() {
+    let url = serializable_database_url().await;
+    let store = PostgresStore::open(&url, &fresh_table("pinned")).await;
+    let client = store.pool().get().await.expect("connection");
+    for (setting, pinned) in [
+        ("transaction_isolation", "read committed"),
+        ("synchronous_commit", "on"),
+    ] {
+        let row = client
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await
+            .expect(setting);
+        assert_eq!(row.get::<_, String>(0), pinned, "{setting}");
+    }
+    drop(client);
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_uses_and_waits_under_serializable() {
+    common_sql_isolation::first_uses_and_waits_under_serializable::<PostgresStore>().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_keeps_increasing_after_restart_crash_and_deleted_row() {

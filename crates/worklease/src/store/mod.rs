@@ -63,6 +63,8 @@ pub mod register;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_config;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql_retry;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql_rows;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -128,13 +128,14 @@ pub enum FencedTransactionError<E> {
 pub(crate) const COMMENT_PREFIX: &str = "worklease lease table, schema version ";
 
 /// The error of a store opened without schema creation
-/// (`create_schema(false)`) whose lease table does not exist.
+/// (`create_schema(false)`) whose lease table does not exist: a set-up
+/// error, which waiting does not cure.
 pub(crate) fn no_store(
     kind: &'static str,
     table: &dyn std::fmt::Display,
     shown: &str,
 ) -> crate::error::Error {
-    crate::error::StoreError::new(
+    Error::StoreSetup(StoreError::new(
         kind,
         format!(
             "no store: table {table} does not exist in {shown} (the first `worklease run`, \
@@ -142,13 +143,13 @@ pub(crate) fn no_store(
              creates it: docs/operators.md, \"Least privilege\"; `status`, `leader`, \
              `release` and `checkpoint` create nothing)"
         ),
-    )
-    .into()
+    ))
 }
 
-/// Checks an existing lease table's comment: refused when it names no
-/// worklease schema version (another application's table) or a newer one
-/// than `version` (written by a newer worklease).
+/// Checks an existing lease table's comment: refused, as a set-up error
+/// ([`Error::StoreSetup`]), when it names no worklease schema version
+/// (another application's table) or a newer one than `version` (written
+/// by a newer worklease).
 pub(crate) fn check_schema_comment(
     kind: &'static str,
     comment: Option<&str>,
@@ -160,22 +161,20 @@ pub(crate) fn check_schema_comment(
         .and_then(|c| c.strip_prefix(COMMENT_PREFIX))
         .and_then(|v| v.trim().parse::<u32>().ok());
     match found {
-        None => Err(StoreError::new(
+        None => Err(Error::StoreSetup(StoreError::new(
             kind,
             format!(
                 "table {table} in {shown} is not a worklease table (its comment does not \
                  name a worklease schema version): choose another table name"
             ),
-        )
-        .into()),
-        Some(v) if v > version => Err(StoreError::new(
+        ))),
+        Some(v) if v > version => Err(Error::StoreSetup(StoreError::new(
             kind,
             format!(
                 "table {table} has schema version {v}: newer than this worklease's \
                  {version} (upgrade worklease)"
             ),
-        )
-        .into()),
+        ))),
         Some(_) => Ok(()),
     }
 }

@@ -24,3 +24,39 @@ pub(crate) async fn drop_table(store: &PostgresStore) {
         .await
         .expect("drop the test table");
 }
+
+/// A database of the shared server whose default transaction isolation is
+/// SERIALIZABLE (`ALTER DATABASE ... SET default_transaction_isolation`,
+/// as a DBA may set it) and whose `synchronous_commit` is off, created once per test process and named
+/// `wl_test_serializable_*`; its URL. `.ci/services/postgres.sh` drops such
+/// databases at exit on a shared server (a throwaway cluster goes whole).
+#[allow(dead_code)] // Used by tests/postgres.rs only.
+pub(crate) async fn serializable_database_url() -> String {
+    static URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    URL.get_or_init(|| async {
+        let url = server_url();
+        let name = format!("wl_test_serializable_{:08x}", rand::random::<u32>());
+        let (client, connection) = worklease::store::postgres::tokio_postgres::connect(
+            &url,
+            worklease::store::postgres::tokio_postgres::NoTls,
+        )
+        .await
+        .expect("the shared server answers");
+        let connection = tokio::spawn(connection);
+        // Two messages: CREATE DATABASE cannot run in the implicit
+        // transaction of a multi-statement one.
+        for sql in [
+            format!("CREATE DATABASE {name}"),
+            format!("ALTER DATABASE {name} SET default_transaction_isolation = 'serializable'"),
+            format!("ALTER DATABASE {name} SET synchronous_commit = off"),
+        ] {
+            client.batch_execute(&sql).await.expect(&sql);
+        }
+        drop(client);
+        let _ = connection.await;
+        let (base, _) = url.rsplit_once('/').expect("a URL with a database");
+        format!("{base}/{name}")
+    })
+    .await
+    .clone()
+}

@@ -1,22 +1,25 @@
-//! Pooled connections: running a statement (again after a deadlock, or
-//! once more when the server had closed the connection), and the store
-//! errors of the pool and the driver.
+//! Pooled connections: the session settings they pin, running a statement
+//! (again after a transient failure, once more when the server had closed
+//! the connection), and the store errors of the pool and the driver.
 
 use mysql_async::prelude::{FromValue, Queryable};
 use mysql_async::{Params, Row};
 
 use crate::error::{Error, Result, StoreError};
+use crate::store::sql_retry::{retry_transient, Failure};
 
 use super::schema::{lacks_privilege, FENCING_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
 use super::{MysqlStore, KIND};
 
-/// How many times a statement runs while InnoDB picks it as a deadlock's
-/// victim (its whole transaction was rolled back, so running it again is
-/// the same as running it once).
-const DEADLOCK_ATTEMPTS: usize = 4;
-
-/// MySQL's "Deadlock found when trying to get lock".
-const ER_LOCK_DEADLOCK: u16 = 1213;
+/// What every new pooled connection runs first (after any `setup` of the
+/// caller's options): the session settings the store relies on, pinned so
+/// that a server's `init_connect` or global defaults cannot change them.
+/// `autocommit` on: a plain read (read checkpoint, inspect) is its own
+/// transaction, never one left open on a pooled connection with an old
+/// snapshot or, under SERIALIZABLE, shared locks that would stall every
+/// writer of its rows. The isolation level needs no pin: every procedure
+/// sets READ COMMITTED for its own transaction.
+pub(super) const PINNED_SESSION: &str = "SET SESSION autocommit = 1";
 
 impl MysqlStore {
     /// A pooled connection, within the connect timeout; no schema check.
@@ -49,40 +52,51 @@ impl MysqlStore {
     /// Runs one prepared (cached per connection) statement and returns its
     /// first result set: a `CALL` of one of the procedures or a read.
     ///
-    /// A statement chosen as a deadlock's victim (its transaction rolled
-    /// back whole) runs again, up to [`DEADLOCK_ATTEMPTS`] times. A pooled
-    /// connection that the server had closed (a restart, `KILL`, its
-    /// `wait_timeout`) is dropped and the statement tried once more on
-    /// another. That is safe for every lease statement: each is
-    /// conditioned on the work ID, holder and fencing token, so running
-    /// one twice cannot break S1–S3 (at worst a release that did apply
-    /// reports `Expired`, an acquisition that did apply reports `Held`).
+    /// A statement the server rolled back as transient (a deadlock's
+    /// victim, a lock wait timeout: [`transient`]; its whole transaction
+    /// rolled back, so running it again is the same as running it once)
+    /// runs again after a jittered pause, up to
+    /// [`TRANSIENT_RETRIES`](crate::store::sql_retry::TRANSIENT_RETRIES)
+    /// times. A pooled connection that the server
+    /// had closed (a restart, `KILL`, its `wait_timeout`) is dropped and
+    /// the statement tried once more on another. That is safe for every
+    /// lease statement: each is conditioned on the work ID, holder and
+    /// fencing token, so running one twice cannot break S1–S3 (at worst a
+    /// release that did apply reports `Expired`, an acquisition that did
+    /// apply reports `Held`).
     pub(super) async fn query(
         &self,
         sql: &str,
         params: Params,
         context: &'static str,
     ) -> Result<Vec<Row>> {
-        let mut deadlocks = 0;
-        let mut reconnected = false;
-        loop {
-            let mut conn = self.client().await?;
-            match conn.exec::<Row, _, _>(sql, params.clone()).await {
-                Ok(rows) => return Ok(rows),
-                Err(mysql_async::Error::Server(e))
-                    if e.code == ER_LOCK_DEADLOCK && deadlocks + 1 < DEADLOCK_ATTEMPTS =>
-                {
-                    deadlocks += 1;
-                    tracing::debug!(error = %e, "deadlock victim: running the statement again");
+        let once = || async {
+            let mut reconnected = false;
+            loop {
+                let mut conn = self.client().await?;
+                match conn.exec::<Row, _, _>(sql, params.clone()).await {
+                    Ok(rows) => return Ok(rows),
+                    Err(e) if !reconnected && connection_lost(&e) => {
+                        reconnected = true;
+                        tracing::debug!(error = %e, "the server closed a pooled connection: trying once more");
+                    }
+                    Err(e) => return Err(Failure::Driver(context, e)),
                 }
-                Err(e) if !reconnected && connection_lost(&e) => {
-                    reconnected = true;
-                    tracing::debug!(error = %e, "the server closed a pooled connection: trying once more");
-                }
-                Err(e) => return Err(db_err(context)(e)),
             }
-        }
+        };
+        retry_transient(once, transient, driver_err).await
     }
+}
+
+/// Whether the server rolled back the statement of `e` as transient, so
+/// that running it again may succeed: a deadlock's victim (1213, SQLSTATE
+/// 40001), a lock wait timeout (1205, `innodb_lock_wait_timeout`), a lock
+/// not taken under `NOWAIT` (3572), a row changed under MariaDB's
+/// `innodb_snapshot_isolation` (1020), or any other serialization failure
+/// (SQLSTATE 40001).
+fn transient(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s)
+        if matches!(s.code, 1020 | 1205 | 1213 | 3572) || s.state == "40001")
 }
 
 /// Whether `e` means the connection was gone (the statement's outcome on
@@ -100,6 +114,12 @@ fn connection_lost(e: &mysql_async::Error) -> bool {
     }
 }
 
+/// [`db_err`] as a function of the context and the error, for
+/// [`retry_transient`].
+fn driver_err(context: &'static str, e: mysql_async::Error) -> Error {
+    db_err(context)(e)
+}
+
 /// A driver error as a store error. A refusal for a missing privilege
 /// (the server's message names the privilege and the object) says which
 /// privileges the store needs.
@@ -111,7 +131,7 @@ pub(super) fn db_err(context: &'static str) -> impl FnOnce(mysql_async::Error) -
                  its table, {FENCING_PRIVILEGES} on its fencing table and \
                  {PROCEDURE_PRIVILEGES} on its procedures"
             );
-            return StoreError::with_source(KIND, message, e).into();
+            return Error::StoreSetup(StoreError::with_source(KIND, message, e));
         }
         StoreError::with_source(KIND, context, e).into()
     }

@@ -84,6 +84,25 @@
 //!   owner may run [`TableName::ddl`] instead, and a user that may not
 //!   create gets that DDL in its error.
 //!
+//! * **Session settings.** Every pooled connection pins `autocommit = 1`
+//!   when it opens (after the options' own `setup`), whatever the server's
+//!   `init_connect` or global default says: a plain read is its own
+//!   transaction, never one left open on a pooled connection (what for:
+//!   `PINNED_SESSION` in `conn.rs`). The isolation level needs no pin:
+//!   every procedure sets READ COMMITTED for its own transaction, so a
+//!   server whose global isolation is SERIALIZABLE changes nothing (the
+//!   conformance suite runs on one, whose `sql_mode` is also
+//!   `ANSI,NO_BACKSLASH_ESCAPES`); fenced transactions run at the
+//!   session's level, the server's default. A statement the server rolled
+//!   back as transient (a deadlock's victim, a lock wait timeout, a
+//!   serialization failure) runs again after a short jittered pause, a few
+//!   times (about 0.5 s at most), then is a store error, which a waiting
+//!   acquisition waits through and renewal retries. Not pinned, and so the
+//!   server's: `sql_mode` (the procedures keep the mode they were created
+//!   under; the store's SQL uses no double-quoted strings, `||` or
+//!   backslash escapes), `innodb_lock_wait_timeout` (a wait it ends is
+//!   retried as above), `transaction_read_only`.
+//!
 //! Not guaranteed or not supported: durability beyond the server's own
 //! (`innodb_flush_log_at_trx_commit=1`, the default, for an acknowledged
 //! lease to survive a crash); replicas and asynchronous replication (a
@@ -141,6 +160,7 @@ pub use schema::{FENCING_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
 pub use sql::SCHEMA_VERSION;
 
 use config::{describe, parse_url};
+use conn::PINNED_SESSION;
 use sql::Sql;
 
 const KIND: &str = "mysql";
@@ -234,7 +254,11 @@ impl MysqlStore {
             .with_constraints(constraints)
             .with_reset_connection(false)
             .with_abs_conn_ttl(options.max_connection_lifetime);
-        let opts = OptsBuilder::from_opts(opts).pool_opts(pool_opts);
+        let mut setup = opts.setup().to_vec();
+        setup.push(PINNED_SESSION.to_string());
+        let opts = OptsBuilder::from_opts(opts)
+            .pool_opts(pool_opts)
+            .setup(setup);
         Ok(Self {
             pool: Pool::new(opts),
             sql: Arc::new(Sql::new(&options.table)),

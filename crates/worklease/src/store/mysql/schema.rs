@@ -175,10 +175,15 @@ impl MysqlStore {
             .exec(
                 "SELECT ROUTINE_NAME FROM information_schema.ROUTINES \
                  WHERE ROUTINE_SCHEMA = DATABASE() AND ROUTINE_TYPE = 'PROCEDURE' \
-                   AND ROUTINE_NAME LIKE ?",
+                   AND ROUTINE_NAME LIKE ? ESCAPE '!'",
+                // `!` as the escape: `\` is none under NO_BACKSLASH_ESCAPES.
                 (format!(
-                    "{}\\_v{SCHEMA_VERSION}\\_%",
-                    table.as_str().replace('_', "\\_")
+                    "{}!_v{SCHEMA_VERSION}!_%",
+                    table
+                        .as_str()
+                        .replace('!', "!!")
+                        .replace('_', "!_")
+                        .replace('%', "!%")
                 ),),
             )
             .await
@@ -200,7 +205,7 @@ impl MysqlStore {
         if !lacks_privilege(&e) {
             return db_err("cannot create the lease tables and their procedures")(e);
         }
-        StoreError::with_source(
+        Error::StoreSetup(StoreError::with_source(
             KIND,
             format!(
                 "the user of {} may not create table {table}, its fencing table or its \
@@ -215,7 +220,6 @@ impl MysqlStore {
                 table.procedure_names().join(", ")
             ),
             e,
-        )
-        .into()
+        ))
     }
 }

@@ -91,6 +91,22 @@
 //!   sequence once an owner ran [`TableName::ddl`]; without `CREATE` and
 //!   without the table, the error carries that DDL.
 //!
+//! * **Session settings.** Every pooled connection pins, when it opens,
+//!   the settings the statements rely on, whatever the database or role
+//!   defaults to: READ COMMITTED as the transaction isolation level, and
+//!   `synchronous_commit` on where a default turned it off (what each is
+//!   for: `PINNED_SESSION` in `pool.rs`). Transient failures (a
+//!   serialization failure, a deadlock's victim, a lock or statement
+//!   timeout: the statement was rolled back whole) run the statement again
+//!   after a short jittered pause, a few times (about 0.5 s at most), then
+//!   are store errors, which a waiting acquisition waits through and
+//!   renewal retries. Not pinned, and so the role's: `search_path` (an
+//!   unqualified table name resolves by it: give processes of different
+//!   roles a schema-qualified name), `statement_timeout` and `lock_timeout`
+//!   (a statement they cancel is retried as above),
+//!   `default_transaction_read_only` (a read-only default refuses every
+//!   write, with the server's error).
+//!
 //! Not supported: connection poolers in transaction mode (prepared
 //! statements and `LISTEN` need a session: point the store at PostgreSQL or
 //! at a session-mode pool); reading from replicas (every statement writes
@@ -163,6 +179,7 @@ pub use schema::{SCHEMA_VERSION, SEQUENCE_PRIVILEGES, TABLE_PRIVILEGES};
 
 use config::{describe, parse_url};
 use listener::{listen, ListenerConnect, MessageStream, Shared};
+use pool::PINNED_SESSION;
 use sql::Sql;
 #[cfg(feature = "postgres-tls")]
 use tls::rustls_connector;
@@ -282,6 +299,16 @@ impl PostgresStore {
             .wait_timeout(Some(options.connect_timeout))
             .create_timeout(Some(options.connect_timeout))
             .recycle_timeout(Some(options.connect_timeout));
+        // The session settings the statements rely on, on every new
+        // connection, whatever the database or role defaults to.
+        builder = builder.post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute(PINNED_SESSION)
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }));
         if let Some(lifetime) = options.max_connection_lifetime {
             builder = builder.pre_recycle(Hook::sync_fn(move |_, metrics| {
                 if metrics.age() >= lifetime {

@@ -3,12 +3,15 @@
 //! not create them.
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::IsolationLevel;
 
 use crate::error::{Error, Result, StoreError};
 use crate::store::sql_rows::{check_schema_comment, no_store, COMMENT_PREFIX};
 
 use super::config::TableName;
-use super::pool::{db_err, get, pool_err};
+use crate::store::sql_retry::{retry_transient, Failure};
+
+use super::pool::{db_err, driver_err, get, pool_err, transient};
 use super::{PostgresStore, KIND};
 
 /// The schema version this code writes, recorded in the table's comment.
@@ -57,13 +60,24 @@ pub(super) fn lacks_privilege(e: &tokio_postgres::Error) -> bool {
 }
 
 impl PostgresStore {
+    /// Creates or checks the table and its sequence, in one READ COMMITTED
+    /// transaction under a per-table advisory lock (so each statement after
+    /// the lock reads what another process's set-up committed before it);
+    /// run again after a transient failure, as a lease statement is.
     pub(super) async fn migrate(&self) -> Result<()> {
+        retry_transient(|| self.migrate_once(), transient, driver_err).await
+    }
+
+    async fn migrate_once(&self) -> std::result::Result<(), Failure<tokio_postgres::Error>> {
         let table = &self.options.table;
         let mut client = self.pool.get().await.map_err(pool_err(&self.shown))?;
+        let driver = |context| move |e| Failure::Driver(context, e);
         let tx = client
-            .transaction()
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
             .await
-            .map_err(db_err("cannot begin the schema transaction"))?;
+            .map_err(driver("cannot begin the schema transaction"))?;
         // One migration at a time per table, across every process; the lock
         // ends with the transaction.
         tx.execute(
@@ -71,7 +85,7 @@ impl PostgresStore {
             &[&format!("worklease:migrate:{table}")],
         )
         .await
-        .map_err(db_err("cannot take the schema lock"))?;
+        .map_err(driver("cannot take the schema lock"))?;
         let (t, seq) = (table.quoted(), table.sequence_quoted());
         let row = tx
             .query_one(
@@ -81,13 +95,13 @@ impl PostgresStore {
                 &[&t, &seq],
             )
             .await
-            .map_err(db_err("cannot read the schema"))?;
+            .map_err(driver("cannot read the schema"))?;
         let (has_table, comment, has_seq): (bool, Option<String>, bool) =
             (get(&row, 0)?, get(&row, 1)?, get(&row, 2)?);
         if has_table {
             check_schema_comment(KIND, comment.as_deref(), SCHEMA_VERSION, table, &self.shown)?;
         } else if !self.options.create_schema {
-            return Err(no_store(KIND, table, &self.shown));
+            return Err(no_store(KIND, table, &self.shown).into());
         }
         // Nothing to create: a role without CREATE goes on.
         let created = if !has_table {
@@ -105,10 +119,16 @@ impl PostgresStore {
         } else {
             Ok(())
         };
-        created.map_err(|e| self.schema_err(e))?;
+        match created {
+            Err(e) if transient(&e) => {
+                return Err(Failure::Driver("cannot create the lease table", e))
+            }
+            Err(e) => return Err(self.schema_err(e).into()),
+            Ok(()) => {}
+        }
         tx.commit()
             .await
-            .map_err(db_err("cannot commit the schema"))?;
+            .map_err(driver("cannot commit the schema"))?;
         Ok(())
     }
 
@@ -124,7 +144,7 @@ impl PostgresStore {
             .schema_quoted()
             .map(|s| format!(", and USAGE ON SCHEMA {s}"))
             .unwrap_or_default();
-        StoreError::with_source(
+        Error::StoreSetup(StoreError::with_source(
             KIND,
             format!(
                 "the role of {} may not create table {table} or its fencing sequence \
@@ -137,7 +157,6 @@ impl PostgresStore {
                 table.sequence_quoted()
             ),
             e,
-        )
-        .into()
+        ))
     }
 }
