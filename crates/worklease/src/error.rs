@@ -310,9 +310,11 @@ pub enum Error {
     /// The store cannot be used as it is set up, and trying again does not
     /// help until an operator acts (the SQL stores): its table is another
     /// application's or has a newer schema version, does not exist where
-    /// the store may not create it, or the role lacks a privilege the store
-    /// needs. Not transient: a waiting acquisition or a campaign stops on
-    /// it. The message says what to do.
+    /// the store may not create it, the role lacks a privilege the store
+    /// needs, the server does not know the user, role or database (or the
+    /// password is wrong), or objects under the store's names are not the
+    /// store's (ADR 0022 lists the server codes). Not transient: a waiting
+    /// acquisition or a campaign stops on it. The message says what to do.
     #[error(transparent)]
     StoreSetup(StoreError),
 }

@@ -26,6 +26,8 @@ mod common_net;
 mod common_privilege;
 #[path = "common/sql_isolation.rs"]
 mod common_sql_isolation;
+#[path = "common/sql_setup.rs"]
+mod common_sql_setup;
 #[path = "common/sql_store.rs"]
 mod common_sql_store;
 #[cfg(feature = "mysql-tls")]
@@ -347,4 +349,9 @@ async fn checkpoints_and_handoffs_survive_a_round_trip_of_odd_ids() {
 #[tokio::test]
 async fn an_existing_only_store_creates_no_table() {
     common_sql_store::an_existing_only_store_creates_no_table::<MysqlStore>().await;
+}
+
+#[tokio::test]
+async fn a_missing_database_or_user_is_a_setup_error() {
+    common_sql_setup::a_missing_database_or_user_is_a_setup_error::<MysqlStore>().await;
 }

@@ -38,6 +38,8 @@ mod common_postgres;
 mod common_privilege;
 #[path = "common/sql_isolation.rs"]
 mod common_sql_isolation;
+#[path = "common/sql_setup.rs"]
+mod common_sql_setup;
 #[path = "common/sql_store.rs"]
 mod common_sql_store;
 #[path = "postgres/privilege.rs"]
@@ -509,4 +511,9 @@ async fn tls_connections_verify_the_server() {
 #[tokio::test]
 async fn an_existing_only_store_creates_no_table() {
     common_sql_store::an_existing_only_store_creates_no_table::<PostgresStore>().await;
+}
+
+#[tokio::test]
+async fn a_missing_database_or_user_is_a_setup_error() {
+    common_sql_setup::a_missing_database_or_user_is_a_setup_error::<PostgresStore>().await;
 }

@@ -26,12 +26,19 @@ impl MysqlStore {
     pub(super) async fn connection(&self) -> Result<mysql_async::Conn> {
         match tokio::time::timeout(self.options.connect_timeout, self.pool.get_conn()).await {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(StoreError::with_source(
-                KIND,
-                format!("cannot get a connection to {}", self.shown),
-                e,
-            )
-            .into()),
+            Ok(Err(e)) => {
+                let setup = lacks_privilege(&e) || needs_operator(&e);
+                let e = StoreError::with_source(
+                    KIND,
+                    format!("cannot get a connection to {}", self.shown),
+                    e,
+                );
+                Err(if setup {
+                    Error::StoreSetup(e)
+                } else {
+                    e.into()
+                })
+            }
             Err(_) => Err(StoreError::new(
                 KIND,
                 format!(
@@ -120,9 +127,24 @@ fn driver_err(context: &'static str, e: mysql_async::Error) -> Error {
     db_err(context)(e)
 }
 
-/// A driver error as a store error. A refusal for a missing privilege
-/// (the server's message names the privilege and the object) says which
-/// privileges the store needs.
+/// The server's error codes for what no retry cures until an operator
+/// acts (beyond a missing privilege, [`lacks_privilege`]): a wrong user or
+/// password (1045), an unknown database (1049), objects under the store's
+/// names that are not the store's or are gone (1054 unknown column, 1146
+/// no such table, 1305 no such procedure). Not a read-only server (1290,
+/// 1792): a failover that demotes it looks the same, and passes.
+const NEEDS_OPERATOR: [u16; 5] = [1045, 1049, 1054, 1146, 1305];
+
+/// Whether the server refused `e` for what only an operator can change
+/// ([`NEEDS_OPERATOR`]).
+fn needs_operator(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if NEEDS_OPERATOR.contains(&s.code))
+}
+
+/// A driver error as a store error: a set-up error ([`Error::StoreSetup`])
+/// for what only an operator can change, else transient. A refusal for a
+/// missing privilege (the server's message names the privilege and the
+/// object) says which privileges the store needs.
 pub(super) fn db_err(context: &'static str) -> impl FnOnce(mysql_async::Error) -> Error {
     move |e| {
         if lacks_privilege(&e) {
@@ -132,6 +154,9 @@ pub(super) fn db_err(context: &'static str) -> impl FnOnce(mysql_async::Error) -
                  {PROCEDURE_PRIVILEGES} on its procedures"
             );
             return Error::StoreSetup(StoreError::with_source(KIND, message, e));
+        }
+        if needs_operator(&e) {
+            return Error::StoreSetup(StoreError::with_source(KIND, context, e));
         }
         StoreError::with_source(KIND, context, e).into()
     }

@@ -113,14 +113,13 @@ impl MysqlStore {
             .await
             .is_err()
         {
-            return Err(StoreError::new(
+            return Err(Error::StoreSetup(StoreError::new(
                 KIND,
                 format!(
                     "{} lacks JSON_TABLE: the MySQL store needs MySQL 8.0.4+ or MariaDB 10.6+",
                     self.shown
                 ),
-            )
-            .into());
+            )));
         }
         let comment: Option<String> = conn
             .exec_first(

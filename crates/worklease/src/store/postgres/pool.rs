@@ -109,8 +109,45 @@ fn session_ended(e: &tokio_postgres::Error, client: &tokio_postgres::Client) -> 
     e.is_closed() || client.is_closed() || e.code().is_some_and(|c| c.code().starts_with("57P"))
 }
 
+/// A failure to get a pooled connection as a store error: a set-up error
+/// ([`Error::StoreSetup`]) when the server refused the connection for a
+/// reason only an operator can change ([`needs_operator`]: no such role
+/// or database, a wrong password, no CONNECT privilege), else transient.
 pub(super) fn pool_err(shown: &str) -> impl FnOnce(deadpool_postgres::PoolError) -> Error + '_ {
-    move |e| StoreError::with_source(KIND, format!("cannot get a connection to {shown}"), e).into()
+    move |e| {
+        let setup = matches!(&e, deadpool_postgres::PoolError::Backend(b) if needs_operator(b));
+        let e = StoreError::with_source(KIND, format!("cannot get a connection to {shown}"), e);
+        if setup {
+            Error::StoreSetup(e)
+        } else {
+            e.into()
+        }
+    }
+}
+
+/// Whether the server refused `e` for what no retry cures until an
+/// operator acts: a missing privilege (42501: on the table, the sequence,
+/// or CONNECT on the database), a role, password or database that does
+/// not exist or does not match (28000, 28P01, 3D000), no schema to create
+/// in or an unknown one (3F000), or objects under the store's names that
+/// are not the store's (42P01, 42703, 42809: a missing table, column, or
+/// a table where the fencing sequence should be). Not a read-only
+/// transaction (25006): a failover that demotes the server looks the
+/// same, and passes.
+pub(super) fn needs_operator(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        [
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_CATALOG_NAME,
+            SqlState::INVALID_SCHEMA_NAME,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::UNDEFINED_COLUMN,
+            SqlState::WRONG_OBJECT_TYPE,
+        ]
+        .contains(c)
+    })
 }
 
 /// [`db_err`] as a function of the context and the error, for
@@ -119,9 +156,11 @@ pub(super) fn driver_err(context: &'static str, e: tokio_postgres::Error) -> Err
     db_err(context)(e)
 }
 
-/// A driver error as a store error. A refusal for a missing privilege
-/// (SQLSTATE 42501; the server's message names the object) says which
-/// privileges the store needs.
+/// A driver error as a store error: a set-up error ([`Error::StoreSetup`])
+/// for what only an operator can change ([`needs_operator`]), else
+/// transient. A refusal for a missing privilege (SQLSTATE 42501; the
+/// server's message names the object) says which privileges the store
+/// needs.
 pub(super) fn db_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error) -> Error {
     move |e| {
         if lacks_privilege(&e) {
@@ -130,6 +169,9 @@ pub(super) fn db_err(context: &'static str) -> impl FnOnce(tokio_postgres::Error
                  {TABLE_PRIVILEGES} on its table and {SEQUENCE_PRIVILEGES} on its fencing sequence"
             );
             return Error::StoreSetup(StoreError::with_source(KIND, message, e));
+        }
+        if needs_operator(&e) {
+            return Error::StoreSetup(StoreError::with_source(KIND, context, e));
         }
         StoreError::with_source(KIND, context, e).into()
     }
