@@ -19,6 +19,7 @@ use worklease::limits::MAX_CHECKPOINT_BYTES;
 use worklease::{Checkpoint, Config, Error, Leases, Token};
 
 use crate::exit::{self, Failure};
+use crate::say::say;
 use crate::status::{write_stdout, PreviousJson};
 use crate::{CheckpointGetArgs, CheckpointSetArgs, StoreArg, TokenArg};
 
@@ -117,7 +118,7 @@ pub async fn get(args: CheckpointGetArgs) -> Result<u8, Failure> {
         if let Some(data) = &checkpoint.data {
             write_stdout(data)?;
         }
-        eprintln!("worklease: {}", summary(&token, &checkpoint));
+        say!("{}", summary(&token, &checkpoint));
     }
     Ok(0)
 }

@@ -37,11 +37,12 @@ use crate::exit::{self, Failure};
 use crate::health::{self, Health};
 use crate::progress::Progress;
 use crate::run::{check_command, check_lease_args, default_holder, say_lost};
+use crate::say::say;
 use crate::settle;
 use crate::supervise::{cannot_run, spawn, supervise, Signals};
 use crate::{
     parse_duration, parse_election, parse_holder_id, parse_metrics_addr, parse_poll, parse_ttl,
-    MetricsArg, StoreArg,
+    MetricsArg, SharedStoreArg, StoreArg,
 };
 
 /// Arguments of `worklease elect`.
@@ -49,6 +50,9 @@ use crate::{
 pub struct ElectArgs {
     #[command(flatten)]
     metrics: MetricsArg,
+
+    #[command(flatten)]
+    shared: SharedStoreArg,
 
     #[command(flatten)]
     store: StoreArg,
@@ -137,7 +141,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
     check_published(args.publish.as_deref())?;
-    let (child_url, store) = args.store.open()?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     args.metrics.serve()?;
     // On a terminal: who leads, refreshed while campaigning.
     let progress = Progress::start(store.clone(), &args.election);
@@ -183,8 +187,8 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
             sig = signal_while_campaigning(&signals, &leading) => match sig {
                 Some(sig) => {
                     progress.stop();
-                    eprintln!(
-                        "worklease: {sig} while campaigning for {:?}: gave up",
+                    say!(
+                        "{sig} while campaigning for {:?}: gave up",
                         args.election.as_str()
                     );
                     // The campaign's acquisition may be granted anyway:
@@ -208,8 +212,8 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         // Asked to step down: the child was stopped as on a loss and the
         // lease released; stand by, and campaign again after the back-off
         // so that a waiting candidate takes over first.
-        eprintln!(
-            "worklease: stepped down from {:?} on request; campaigning again in {}",
+        say!(
+            "stepped down from {:?} on request; campaigning again in {}",
             args.election.as_str(),
             humantime::format_duration(backoff)
         );
@@ -217,7 +221,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             Some(sig) = signals.next_terminating() => {
-                eprintln!("worklease: {sig} while standing by for {:?}", args.election.as_str());
+                say!("{sig} while standing by for {:?}", args.election.as_str());
                 return Ok(128 + sig as u8);
             }
         }

@@ -7,8 +7,11 @@
 
 use worklease::Error;
 
-/// `release --force` named a work ID the store does not know.
-pub const NOT_FOUND: u8 = 1;
+/// `leader`: nobody leads the election (no live leadership).
+pub const NO_LEADER: u8 = 3;
+/// `release --force` or `checkpoint get --work-id` named a work ID the
+/// store does not know.
+pub const NOT_FOUND: u8 = 4;
 /// EX_USAGE: bad arguments, invalid input (an empty work ID, a zero TTL, a
 /// malformed token) or a malformed or unsupported store URL.
 pub const USAGE: u8 = 64;
@@ -25,6 +28,10 @@ pub const HELD: u8 = 75;
 /// The lease was lost while the child ran (expired, revoked or taken
 /// over), or a `checkpoint` was refused because the token is stale.
 pub const LOST: u8 = 76;
+/// EX_CONFIG: a configuration file cannot be read or is not valid, or
+/// the store is a per-host one (`sqlite:`, `memory:`) where a shared store
+/// is required (`--require-shared-store`, `require_shared_store`).
+pub const CONFIG: u8 = 78;
 /// EX_NOPERM: the SQLite store file is refused because another local user
 /// could write it (its directory is writable by all without the sticky bit,
 /// or another user owns it).
@@ -39,7 +46,9 @@ pub const HELP: &str = "\
 Exit status:
   0        success (run: the child succeeded; pool: every work ID is done)
   1-125    run: the child's own exit status
-  1        release --force: the store does not know the work ID
+  3        leader: nobody leads the election
+  4        release --force, checkpoint get --work-id, status WORK_ID...:
+           the store does not know the (or a) work ID
   64       usage error: bad arguments, empty work ID, zero TTL or one too
            short to renew, --grace over TTL/2, malformed token, malformed
            store URL (also a SQLite path starting with an unexpanded `~`)
@@ -57,6 +66,9 @@ Exit status:
            (its directory is writable by all without the sticky bit, or
            the file is another user's), or it is not a regular file;
            nothing was written
+  78       configuration: a configuration file cannot be read or is not
+           valid, or run/elect/pool would use a per-host store (sqlite:,
+           memory:) where a shared one is required
   126/127  run, pool: the command cannot be executed / was not found
   128+N    run: the child was ended by signal N (130 for SIGINT,
            143 for SIGTERM); also when worklease itself is interrupted

@@ -242,7 +242,7 @@ on a terminal the screen is cleared before each table; otherwise a blank line
 separates the tables. With --json, one batch of JSON lines per second. A work
 ID named but unknown is left out while watching (it may appear later).
 
-Exit status: 0; 1 when a named work ID is unknown; 64 usage error; 69 store
+Exit status: 0; 4 when a named work ID is unknown; 64 usage error; 69 store
 failure (also: no store at the path).
 
 Examples:
@@ -308,7 +308,7 @@ acquirer sees an unclean hand-off (revoked). The checkpoint is kept.
 A holder releases its own lease by ending: `worklease run` releases when its
 child exits. release never creates a store.
 
-Exit status: 0 revoked (or already ended); 1 unknown work ID; 64 usage error
+Exit status: 0 revoked (or already ended); 4 unknown work ID; 64 usage error
 (also without --force); 69 store failure (also: no store at the path).
 
 Examples:

@@ -12,6 +12,7 @@ use worklease::{Error, WorkId};
 
 use crate::exit::{self, Failure};
 use crate::run::default_holder;
+use crate::say::say;
 use crate::status::{write_stdout, write_stdout_until_closed, StopSignals};
 use crate::{parse_election, parse_poll, StoreArg};
 
@@ -26,7 +27,7 @@ leads).
 A value that is not UTF-8 (published through the library) is printed with
 U+FFFD in place of bad bytes.
 
-Without --watch, an election that nobody leads exits 69 with a message
+Without --watch, an election that nobody leads exits 3 with a message
 (with --json, after printing the object with holder_id null).
 With --watch: one line now and one per change (a new leader, a new
 published value, nobody leading), until SIGINT or SIGTERM (exit 0). A
@@ -64,7 +65,7 @@ pub struct LeaderArgs {
     /// Ask the current leader to step down instead: its `worklease elect`
     /// stops its child as on a loss, releases, and campaigns again only
     /// after its --backoff, so that a standby takes over. Prints who was
-    /// asked; exits 69 when nobody leads.
+    /// asked; exits 3 when nobody leads.
     #[arg(long, conflicts_with_all = ["watch", "json"])]
     step_down: bool,
 
@@ -156,10 +157,10 @@ fn line(election: &WorkId, state: Option<&State>, json: bool) -> Result<Vec<u8>,
     Ok(text.into_bytes())
 }
 
-/// Exit 69: nobody leads `election`.
+/// Exit 3 ([`exit::NO_LEADER`]): nobody leads `election`.
 fn no_leader(election: &WorkId) -> Failure {
     Failure::new(
-        exit::UNAVAILABLE,
+        exit::NO_LEADER,
         format!("election {:?} has no leader", election.as_str()),
     )
 }
@@ -188,8 +189,8 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
         if asked.since.is_none() {
             // No record of this term: a plain lease (or a term a moment
             // old). Nothing of worklease's honours a request there.
-            eprintln!(
-                "worklease: note: {:?} has no election record for term {}: if it is a plain lease \
+            say!(
+                "note: {:?} has no election record for term {}: if it is a plain lease \
                  (not held by `worklease elect` or an Elector), nothing honours the request; \
                  `worklease release --force` takes a lease away",
                 args.election.as_str(),
@@ -221,7 +222,7 @@ pub async fn leader(args: LeaderArgs) -> Result<u8, Failure> {
         let state = match next.unwrap_or(Ok(None)) {
             Ok(state) => state,
             Err(e) if !first => {
-                eprintln!("worklease: {} (retrying)", Failure::from(e).message);
+                say!("{} (retrying)", Failure::from(e).message);
                 continue;
             }
             Err(e) => return Err(e.into()),

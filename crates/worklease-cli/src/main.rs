@@ -73,21 +73,20 @@
 //! lost while the child ran or a checkpoint came from a stale token, 64 for
 //! usage errors, 69 when the store fails, 70 for internal errors.
 
+use crate::say::say;
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, CommandFactory, Parser, Subcommand};
 use worklease::limits::{HolderId, WorkId};
-use worklease::store::url::{self, StoreSpec};
-use worklease::LeaseStore;
 use worklease_cli::values::{
     parse_duration, parse_election, parse_holder_id, parse_permits, parse_poll, parse_ttl,
     parse_user_work_id, parse_work_id,
 };
 
 mod checkpoint;
+mod config;
 mod demo;
 mod elect;
 mod exit;
@@ -99,15 +98,20 @@ mod pool;
 mod progress;
 mod release;
 mod run;
+mod say;
 mod settle;
 mod status;
+mod store_arg;
 mod supervise;
+mod telemetry;
 
 use exit::Failure;
 use help::{
     ABOUT, CHECKPOINT_HELP, ELECT_HELP, GET_HELP, MAIN_HELP, POOL_HELP, RELEASE_HELP, RUN_HELP,
     SET_HELP, STATUS_HELP,
 };
+pub use store_arg::{SharedStoreArg, StoreArg};
+pub use telemetry::MetricsArg;
 
 /// The `worklease` command line.
 #[derive(Parser, Debug)]
@@ -171,113 +175,14 @@ enum Command {
     Man(generate::ManArgs),
 }
 
-/// `--metrics-addr`, of `run` and `elect`.
-#[derive(Args, Debug, Clone, Default)]
-pub struct MetricsArg {
-    /// Serve Prometheus metrics (text format, any path) on HOST:PORT, e.g. 127.0.0.1:9464 or
-    /// localhost:9464 (port 0 is refused: nobody could find it). Any address given is bound,
-    /// also a non-loopback one: the metrics show work IDs and elections, so expose them only
-    /// where that is fine. See docs/metrics.md.
-    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_addr)]
-    metrics_addr: Option<std::net::SocketAddr>,
-}
-
-impl MetricsArg {
-    /// Starts the Prometheus exporter (its HTTP listener on the current
-    /// runtime) and registers the metrics' descriptions, when
-    /// `--metrics-addr` was given.
-    pub fn serve(&self) -> Result<(), Failure> {
-        let Some(addr) = self.metrics_addr else {
-            return Ok(());
-        };
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .install()
-            .map_err(|e| {
-                Failure::new(
-                    exit::UNAVAILABLE,
-                    format!("cannot serve metrics on {addr}: {e}"),
-                )
-            })?;
-        worklease::metrics::describe();
-        tracing::info!(%addr, "serving Prometheus metrics");
-        Ok(())
-    }
-}
-
-/// The store option shared by every subcommand.
-#[derive(Args, Debug, Clone)]
-pub struct StoreArg {
-    /// Store URL: postgres://..., mysql://..., redis://..., etcd://..., s3://..., dynamodb://..., azblob://..., sqlite:PATH or memory:
-    /// [default: the SQLite file leases.db under $WORKLEASE_HOME, $XDG_DATA_HOME/worklease,
-    /// $HOME/.local/share/worklease or /var/lib/worklease]
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "WORKLEASE_STORE",
-        hide_env_values = true
-    )]
-    store: Option<String>,
-}
-
-impl StoreArg {
-    /// The URL given, or the default SQLite URL.
-    pub fn url(&self) -> String {
-        self.store.clone().unwrap_or_else(url::default_url)
-    }
-
-    /// Opens the store, creating a missing SQLite file (and its
-    /// directories): for `run` and `elect`. Returns the URL to hand to a
-    /// child (a relative SQLite path made absolute; never to be printed:
-    /// use [`url::redact`]) and the store.
-    pub fn open(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
-        let (spec, for_child) = self.spec()?;
-        tracing::debug!(store = %url::redact(&for_child), "opening the store");
-        let store = without_job_control(|| spec.open())?;
-        Ok((for_child, store))
-    }
-
-    /// Opens a store that exists, creating nothing: for `status`,
-    /// `release` and `checkpoint`. A SQLite file that does not exist is
-    /// [`exit::UNAVAILABLE`] with a message naming the path.
-    pub fn open_existing(&self) -> Result<(String, Arc<dyn LeaseStore>), Failure> {
-        let (spec, for_child) = self.spec()?;
-        tracing::debug!(store = %url::redact(&for_child), "opening the existing store");
-        match without_job_control(|| spec.open_existing()) {
-            Ok(store) => Ok((for_child, store)),
-            Err(e) => {
-                let mut failure = Failure::from(e);
-                if let StoreSpec::Sqlite(path) = &spec {
-                    if std::fs::symlink_metadata(path).is_err() {
-                        failure.message.push_str(
-                            " (`worklease run` and `worklease elect` create it; check --store \
-                             and WORKLEASE_STORE)",
-                        );
-                    }
-                }
-                Err(failure)
-            }
-        }
-    }
-
-    /// The parsed URL, and the URL for a child.
-    fn spec(&self) -> Result<(StoreSpec, String), Failure> {
-        let given = self.url();
-        let spec = url::parse(&given)?;
-        let for_child = match spec.absolute() {
-            StoreSpec::Sqlite(path) if path.to_str().is_some() => StoreSpec::Sqlite(path).to_url(),
-            StoreSpec::Memory => StoreSpec::Memory.to_url(),
-            _ => given.clone(),
-        };
-        Ok((spec, for_child))
-    }
-}
-
 /// Arguments of `worklease run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
     store: StoreArg,
+
+    #[command(flatten)]
+    shared: SharedStoreArg,
 
     #[command(flatten)]
     metrics: MetricsArg,
@@ -290,6 +195,22 @@ pub struct RunArgs {
     /// Wait until the lease is free instead of exiting with 75.
     #[arg(long)]
     wait: bool,
+
+    /// When the lease is held and --wait was not given: `fail` exits 75 with a line
+    /// saying who holds it (without the line under -q); `ok` exits 0 and says nothing,
+    /// as `flock -n -E 0` does, so that cron mails nothing from the hosts that lost the
+    /// race.
+    #[arg(long, value_enum, value_name = "ok|fail", default_value_t = run::IfHeld::Fail)]
+    if_held: run::IfHeld,
+
+    /// Run CMD only if WORK_ID's job has not finished yet: when the previous holder of
+    /// WORK_ID ran it under --once to exit status 0, skip it (exit 0; a line says so
+    /// unless -q), so that a late or clock-skewed cron on another host does not run a
+    /// finished job again. After CMD exits 0, the finish is recorded in the store (the
+    /// lease WORK_ID/finished). Any run of WORK_ID without --once (or one that fails)
+    /// makes the next --once run. Not with --permits.
+    #[arg(long, conflicts_with = "permits")]
+    once: bool,
 
     /// Wait in line: `run --fair` waiters of one work ID (or semaphore)
     /// are served in the order they arrived, and a fair run without
@@ -340,6 +261,9 @@ pub struct RunArgs {
 pub struct PoolArgs {
     #[command(flatten)]
     store: StoreArg,
+
+    #[command(flatten)]
+    shared: SharedStoreArg,
 
     #[command(flatten)]
     metrics: MetricsArg,
@@ -493,7 +417,7 @@ pub struct ReleaseArgs {
     work_id: WorkId,
 }
 
-fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+pub(crate) fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     use std::net::ToSocketAddrs;
     let addr = s
         .to_socket_addrs()
@@ -541,8 +465,17 @@ fn init_logging(verbose: u8, quiet: bool, format: LogFormat) {
     } else {
         tracing_subscriber::fmt::format::FmtSpan::NONE
     };
+    if format == LogFormat::Json {
+        say::json();
+    }
+    if quiet {
+        say::quiet();
+    }
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // A closed stderr must not panic (the default reports the failed
+        // write on that same stderr).
+        .log_internal_errors(false)
         .with_env_filter(filter)
         .with_span_events(span_events)
         .with_target(false);
@@ -596,6 +529,16 @@ fn main() -> ExitCode {
             return ExitCode::from(supervise::exec_child(&args.collect::<Vec<_>>()));
         }
     }
+    // A usage error is said before --log-format is parsed: as JSON too
+    // when it was asked for.
+    let mut args = std::env::args_os().skip(1).peekable();
+    while let Some(arg) = args.next() {
+        if arg == "--log-format=json"
+            || (arg == "--log-format" && args.peek().is_some_and(|v| v == "json"))
+        {
+            say::json();
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -608,10 +551,7 @@ fn main() -> ExitCode {
             // would be 2), said on a line starting with `worklease:` as all
             // of worklease's own failures are.
             let text = e.render().to_string();
-            eprint!(
-                "worklease: {}",
-                text.strip_prefix("error: ").unwrap_or(&text)
-            );
+            say::failure(text.strip_prefix("error: ").unwrap_or(&text).trim_end());
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -627,7 +567,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("worklease: cannot start the async runtime: {e}");
+            say!("cannot start the async runtime: {e}");
             return ExitCode::from(exit::SOFTWARE);
         }
     };
@@ -641,13 +581,15 @@ fn main() -> ExitCode {
     } else {
         runtime.shutdown_timeout(Duration::from_secs(1));
     }
-    match result {
-        Ok(code) => ExitCode::from(code),
+    let code = match result {
+        Ok(code) => code,
         Err(failure) => {
             if !failure.message.is_empty() {
-                eprintln!("worklease: {}", failure.message);
+                say::failure(&failure.message);
             }
-            ExitCode::from(failure.code)
+            failure.code
         }
-    }
+    };
+    telemetry::write_at_exit(code);
+    ExitCode::from(code)
 }

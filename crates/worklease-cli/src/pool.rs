@@ -76,6 +76,7 @@ use worklease::{AcquireOptions, Config, Error, Leases, Token, WorkId};
 
 use crate::exit::{self, Failure};
 use crate::run::{check_command, check_lease_args, default_holder, fmt_secs, warn_if_memory};
+use crate::say::say;
 use crate::settle;
 use crate::supervise::{
     cannot_run, spawn_in_group, supervise_with, terminating, HeldLease, Signals, Stop, MAX_CHILDREN,
@@ -105,7 +106,7 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
     )?;
     Pool::new(probe, options.clone())?;
 
-    let (child_url, store) = args.store.open()?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     args.metrics.serve()?;
     warn_if_memory(&store);
     let leases = Leases::new(store, Config::new(holder, args.ttl))?;
@@ -174,8 +175,8 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
                     slots.fanout.send(sig);
                     if terminating(sig) {
                         // A second one also ends the wait (Ctrl-C again).
-                        eprintln!(
-                            "worklease: {sig}, a second signal: pool {:?} exits without waiting \
+                        say!(
+                            "{sig}, a second signal: pool {:?} exits without waiting \
                              for its children and releases; a lease it still holds ends when its \
                              TTL runs out",
                             args.pool_name
@@ -187,8 +188,8 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
         }
     };
     let Some(result) = result else {
-        eprintln!(
-            "worklease: pool {:?} did not stop within {} (the children's grace and its releases): \
+        say!(
+            "pool {:?} did not stop within {} (the children's grace and its releases): \
              exiting; a lease it still holds ends when its TTL runs out",
             args.pool_name,
             fmt_secs(stop_bound)
@@ -208,8 +209,8 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
         return Err(failure);
     }
     if let Some(sig) = interrupted {
-        eprintln!(
-            "worklease: {sig}: pool {:?} stopped its children and released its work IDs",
+        say!(
+            "{sig}: pool {:?} stopped its children and released its work IDs",
             args.pool_name
         );
         return Ok(128 + sig as u8);

@@ -30,11 +30,12 @@ use nix::sys::signal::Signal;
 use worklease::store::memory::MemoryStore;
 use worklease::store::ExpiryClock;
 use worklease::{
-    AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Semaphore, Token,
+    once, AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Semaphore, Token,
 };
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
+use crate::say::{self, say};
 use crate::settle;
 use crate::supervise::{cannot_run, spawn, supervise, terminating, Signals};
 use crate::RunArgs;
@@ -51,7 +52,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
-    let (child_url, store) = args.store.open()?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     args.metrics.serve()?;
     warn_if_memory(&store);
     let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
@@ -66,8 +67,12 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
 
     let acquired = match &semaphore {
-        Some(semaphore) => acquire_permit(semaphore, &args, &mut signals).await?,
-        None => acquire(&leases, &store, &args, &mut signals).await?,
+        Some(semaphore) => acquire_permit(semaphore, &args, &mut signals).await,
+        None => acquire(&leases, &store, &args, &mut signals).await,
+    };
+    let acquired = match acquired {
+        Err(failure) if failure.code == exit::HELD => return when_held(args.if_held, failure),
+        other => other?,
     };
     let token = match acquired {
         Acquired::Token(token) => token,
@@ -77,8 +82,8 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
             } else {
                 "the lease on"
             };
-            eprintln!(
-                "worklease: {sig} while waiting for {what} {:?}: gave up",
+            say!(
+                "{sig} while waiting for {what} {:?}: gave up",
                 args.work_id.as_str()
             );
             // A grant of the attempt given up (a fair waiter's place too)
@@ -98,6 +103,10 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         fencing_token = token.fencing_token(),
         "lease acquired"
     );
+
+    if args.once && finished_already(&leases, &token).await? {
+        return Ok(0);
+    }
 
     let renewal = match leases.start_renewal(token.clone(), RenewalOptions::new()) {
         Ok(renewal) => renewal,
@@ -132,6 +141,15 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         say_lost(token.work_id(), what, code);
         return Ok(exit::LOST);
     }
+    if args.once && code == 0 {
+        // Recorded while the lease is still renewed, before its release.
+        if let Err(e) = once::record_finished(&store, &token).await {
+            tracing::warn!(
+                error = %e,
+                "the child exited 0, but its finish could not be recorded: the next --once runs it again"
+            );
+        }
+    }
     // The child and what it left in its process group ended inside the
     // lease (before the holder's deadline, before any loss): the run is
     // good, whatever becomes of the lease now. A renewal or the release
@@ -149,6 +167,71 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         );
     }
     Ok(code)
+}
+
+/// What `run` does when the lease is held and `--wait` was not given
+/// (`--if-held`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfHeld {
+    /// Exit 0 and say nothing (as `flock -n -E 0`).
+    Ok,
+    /// Exit 75 with a line saying who holds it (the line left out under `-q`).
+    Fail,
+}
+
+/// The exit of a `run` that found the lease held (`failure`, exit 75):
+/// 0 in silence with `--if-held=ok`; 75 with its line, or without it
+/// under `-q`.
+fn when_held(if_held: IfHeld, failure: Failure) -> Result<u8, Failure> {
+    match if_held {
+        IfHeld::Ok => {
+            tracing::info!("{}; exiting 0 (--if-held=ok)", failure.message);
+            Ok(0)
+        }
+        IfHeld::Fail if say::is_quiet() => Err(Failure::new(exit::HELD, "")),
+        IfHeld::Fail => Err(failure),
+    }
+}
+
+/// `run --once`, with the lease held by `token`: true when the job
+/// finished already in the acquisition before this one ([`once`]); then
+/// this acquisition carries the record on, is released, and a line says
+/// so (unless `-q`). A store failure releases the lease and fails the run
+/// (nothing is run without knowing).
+async fn finished_already(leases: &Leases, token: &Token) -> Result<bool, Failure> {
+    let store = leases.store();
+    let judged = async {
+        let previous = leases
+            .read_checkpoint(token)
+            .await?
+            .handoff
+            .previous
+            .map(|p| p.fencing_token);
+        once::finished_before(store, token, previous).await
+    }
+    .await;
+    let record = match judged {
+        Ok(None) => return Ok(false),
+        Ok(Some(record)) => record,
+        Err(e) => {
+            release_after_failure(leases, token.clone()).await;
+            return Err(e.into());
+        }
+    };
+    if let Err(e) = once::record_finished(store, token).await {
+        tracing::warn!(error = %e, "cannot carry the run-once record on: the next --once runs the job");
+    }
+    release_after_failure(leases, token.clone()).await;
+    if !say::is_quiet() {
+        say!(
+            "{:?} finished already (fencing token {}, held by {:?}, recorded {}): not running it again (--once)",
+            token.work_id().as_str(),
+            record.fencing_token,
+            record.holder_id,
+            humantime::format_rfc3339_seconds(record.at)
+        );
+    }
+    Ok(true)
 }
 
 /// Refuses an empty program name (`-- ""`) before the store is touched:
@@ -179,8 +262,8 @@ pub fn warn_if_memory(store: &Arc<dyn LeaseStore>) {
 /// The last line of a `run` or `elect` that lost its lease while the child
 /// ran: it exits 76, whatever the child's own status `code` was.
 pub fn say_lost(work_id: &worklease::WorkId, what: &str, code: u8) {
-    eprintln!(
-        "worklease: exit 76: the {what} on {:?} was lost while the child ran (the child's own status: {code})",
+    say!(
+        "exit 76: the {what} on {:?} was lost while the child ran (the child's own status: {code})",
         work_id.as_str()
     );
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use worklease::Unsettled;
 
+use crate::say::say;
 use crate::supervise::Signals;
 
 /// The longest `worklease` waits for its background releases before it
@@ -39,11 +40,11 @@ pub async fn before_exit(
     tokio::select! {
         settled = settle => {
             if let Err(e) = settled {
-                eprintln!("worklease: {e} (TTL {ttl_text}); exiting anyway");
+                say!("{e} (TTL {ttl_text}); exiting anyway");
             }
         }
-        Some(sig) = signals.next_terminating() => eprintln!(
-            "worklease: {sig}, a second signal: exiting without waiting for the background releases; \
+        Some(sig) = signals.next_terminating() => say!(
+            "{sig}, a second signal: exiting without waiting for the background releases; \
              a lease they leave ends when its TTL runs out (TTL {ttl_text})"
         ),
     }

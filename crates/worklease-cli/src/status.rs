@@ -8,6 +8,7 @@ use worklease::{LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder, WorkId};
 
 use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
+use crate::say::say;
 use crate::StatusArgs;
 
 /// One lease as `status --json` prints it: the eight fields of SPEC §4,
@@ -119,7 +120,7 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     for work_id in unknown {
-        eprintln!("worklease: no lease on {work_id:?} in the store");
+        say!("no lease on {work_id:?} in the store");
     }
     Ok(exit::NOT_FOUND)
 }
@@ -243,7 +244,7 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
         let leases = match leases(store, &args.work_ids, args.all).await {
             Ok(leases) => leases,
             Err(failure) if failure.code == exit::UNAVAILABLE && !first => {
-                eprintln!("worklease: {} (retrying)", failure.message);
+                say!("{} (retrying)", failure.message);
                 continue;
             }
             Err(failure) => return Err(failure),

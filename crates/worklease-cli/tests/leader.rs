@@ -15,12 +15,12 @@ fn json_line(line: &str) -> Value {
 }
 
 #[test]
-fn an_election_nobody_leads_exits_69_naming_it() {
+fn an_election_nobody_leads_exits_3_naming_it() {
     let w = World::new();
     // The store exists (a run made it), the election was never led.
     assert!(w.output(&["run", "other", "--", "true"]).status.success());
     let out = w.output(&["leader", "sched"]);
-    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("\"sched\" has no leader"),
         "{}",
@@ -28,7 +28,7 @@ fn an_election_nobody_leads_exits_69_naming_it() {
     );
     // --json prints the null object as well, so a pipe into jq reads one.
     let out = w.output(&["leader", "--json", "sched"]);
-    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let v = json_line(String::from_utf8_lossy(&out.stdout).trim());
     assert_eq!(v["election"], "sched");
     assert!(v["holder_id"].is_null(), "{v}");

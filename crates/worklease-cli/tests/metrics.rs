@@ -228,21 +228,101 @@ fn elect_serves_is_leader_1_while_leading() {
 }
 
 #[test]
-fn an_address_in_use_is_refused_with_69() {
+fn an_address_in_use_is_a_warning_and_the_job_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let taken = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
     let store = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let ran = dir.path().join("ran");
     let out = Command::new(BIN)
-        .args(["run", "--metrics-addr", &addr, "job", "--", "true"])
+        .args(["run", "--metrics-addr", &addr, "job", "--", "touch"])
+        .arg(&ran)
         .env("WORKLEASE_STORE", store)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .output()
         .expect("run worklease");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(ran.exists(), "the job did not run: {err}");
     assert!(err.contains("cannot serve metrics"), "{err}");
+}
+
+/// `--metrics-file` (a cron job's metrics, for node_exporter's textfile
+/// collector): written at exit, whole, with the exit status and the lease
+/// operations of the run; also when the run fails (held: 75).
+#[test]
+fn metrics_file_is_written_at_exit_with_the_exit_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = format!("sqlite:{}", dir.path().join("leases.db").display());
+    let file = dir.path().join("worklease.prom");
+    let run = |args: &[&str]| {
+        Command::new(BIN)
+            .arg("run")
+            .arg("--metrics-file")
+            .arg(&file)
+            .args(args)
+            .env("WORKLEASE_STORE", &store)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run worklease")
+    };
+    let out = run(&["job", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&file).expect("metrics file");
+    let value = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert_eq!(value(&text, "worklease_exit_status"), 3.0, "{text}");
+    let ended = value(&text, "worklease_end_time_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    assert!(ended <= now && ended > 0.0, "{text}");
+    assert!(text.contains("worklease_acquisitions_total"), "{text}");
+    // No temporary file is left beside it.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // A held lease (75) writes the file too.
+    let holder = dir.path().join("holder.stop");
+    let mut held = Command::new(BIN)
+        .args(["run", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "touch {0}.started; while [ ! -e {0} ]; do sleep 0.05; done",
+            holder.display()
+        ))
+        .env("WORKLEASE_STORE", &store)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    let started = dir.path().join("holder.stop.started");
+    assert!(
+        common::poll_until(common::LONG, || started.exists()),
+        "holder did not start"
+    );
+    let out = run(&["job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(75));
+    let text = std::fs::read_to_string(&file).expect("metrics file");
+    assert_eq!(value(&text, "worklease_exit_status"), 75.0, "{text}");
+    std::fs::write(&holder, "").expect("stop");
+    assert!(held.wait().expect("holder").success());
 }
 
 #[test]

@@ -300,7 +300,7 @@ fn status_shows_live_and_released_leases() {
     );
 
     let out = w.output(&["status", "--json", "live", "nope"]);
-    assert_exit(&out, 1);
+    assert_exit(&out, 4);
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
 
     w.touch("a.stop");

@@ -1,6 +1,7 @@
 //! The work IDs worklease keeps for itself beside a user's own: a fair
 //! line's queue and waiter leases (ADR 0015), a semaphore's line target
-//! and an election's step-down requests (issue 19). `worklease status` hides them unless asked, and the
+//! an election's step-down requests (issue 19) and a work ID's run-once
+//! record (issue 37). `worklease status` hides them unless asked, and the
 //! entry points that take a user's work ID (acquisitions, batches,
 //! elections, pools) refuse them, so that a user's lease never collides
 //! with one of them.
@@ -30,9 +31,14 @@ pub const LINE_SUFFIX: &str = "/permit/line";
 /// What follows the election's name in the work ID of its requests.
 pub const STEP_DOWN_SUFFIX: &str = "/step-down";
 
+/// What follows a work ID in the work ID of its run-once record
+/// ([`crate::once`]).
+pub const FINISHED_SUFFIX: &str = "/finished";
+
 /// Whether `work_id` names a lease worklease keeps for itself next to a
 /// user's lease, semaphore or election: `T/fair-queue`,
-/// `T/fair-waiter/<slot>`, `S/permit/line` or `E/step-down`.
+/// `T/fair-waiter/<slot>`, `S/permit/line`, `E/step-down` or
+/// `W/finished`.
 ///
 /// ```
 /// assert!(worklease::is_internal_work_id("jobs/7/fair-waiter/3"));
@@ -58,6 +64,11 @@ fn reserved_for(work_id: &str) -> Option<(&'static str, &str)> {
     }
     if let Some(election) = work_id.strip_suffix(STEP_DOWN_SUFFIX) {
         return Some(("the step-down requests of the election", election));
+    }
+    if let Some(target) = work_id.strip_suffix(FINISHED_SUFFIX) {
+        if !target.is_empty() {
+            return Some(("the run-once record of", target));
+        }
     }
     None
 }
@@ -100,6 +111,7 @@ mod tests {
             ("jobs/fair-waiter/3", "jobs"),
             ("sched/step-down", "sched"),
             ("pool/permit/line", "pool"),
+            ("nightly/finished", "nightly"),
         ] {
             let e = user_work_id(id).unwrap_err();
             assert!(

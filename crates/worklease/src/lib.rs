@@ -87,7 +87,7 @@ pub use primitives::{election, semaphore};
 mod recipes;
 #[cfg(feature = "serde")]
 pub use recipes::typed;
-pub use recipes::{leader, pool, runner};
+pub use recipes::{leader, once, pool, runner};
 
 #[cfg(any(feature = "testkit", feature = "fuzzing"))]
 mod testkit;

@@ -44,6 +44,7 @@ use worklease::store::url::{self, StoreSpec};
 
 use crate::exit::{self, Failure};
 use crate::run::check_lease_args;
+use crate::say::say;
 use crate::status::write_stdout;
 
 mod child;
@@ -284,8 +285,8 @@ pub async fn demo(args: DemoArgs) -> Result<u8, Failure> {
         let removed = given_store.is_none();
         let scratch_path = scratch.path().display().to_string();
         drop(scratch);
-        eprintln!(
-            "worklease: demo interrupted by {sig}: workers stopped; scratch directory {scratch_path} removed{}",
+        say!(
+            "demo interrupted by {sig}: workers stopped; scratch directory {scratch_path} removed{}",
             if removed { " with its store" } else { "" }
         );
         return Ok(128 + sig as u8);

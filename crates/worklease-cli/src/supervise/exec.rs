@@ -23,6 +23,7 @@
 //! the spawn (127 / 126 for `run`, the end of a `pool`), not a child that
 //! exits 127.
 
+use crate::say::say;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -137,24 +138,22 @@ pub fn exec_child(args: &[OsString]) -> u8 {
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
     let [parent, report, program, argv0, rest @ ..] = args else {
-        eprintln!("worklease: {EXEC_CHILD} needs PARENT_PID REPORT_FD PROGRAM ARGV0 [ARGS...]");
+        say!("{EXEC_CHILD} needs PARENT_PID REPORT_FD PROGRAM ARGV0 [ARGS...]");
         return crate::exit::USAGE;
     };
     let number = |s: &OsString| s.to_str().and_then(|p| p.parse::<i32>().ok());
     let (Some(parent), Some(report)) = (number(parent), number(report)) else {
-        eprintln!("worklease: {EXEC_CHILD}: PARENT_PID and REPORT_FD are numbers");
+        say!("{EXEC_CHILD}: PARENT_PID and REPORT_FD are numbers");
         return crate::exit::USAGE;
     };
     // The request covers only a living parent: give up if it is gone
     // already (this process was reparented).
     if let Err(e) = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL) {
-        eprintln!("worklease: cannot ask for the parent-death signal: {e}");
+        say!("cannot ask for the parent-death signal: {e}");
         return crate::exit::SOFTWARE;
     }
     if nix::unistd::getppid() != nix::unistd::Pid::from_raw(parent) {
-        eprintln!(
-            "worklease: {EXEC_CHILD}: the supervisor (PID {parent}) is not this process's parent"
-        );
+        say!("{EXEC_CHILD}: the supervisor (PID {parent}) is not this process's parent");
         return crate::exit::SOFTWARE;
     }
     // The command starts with no signal blocked.
@@ -179,7 +178,7 @@ pub fn exec_child(args: &[OsString]) -> u8 {
         .write_all(&e.raw_os_error().unwrap_or(nix::libc::EIO).to_ne_bytes())
         .is_err()
     {
-        eprintln!("worklease: cannot run {argv0:?}: {e}");
+        say!("cannot run {argv0:?}: {e}");
     }
     if e.kind() == io::ErrorKind::NotFound {
         crate::exit::COMMAND_NOT_FOUND

@@ -42,6 +42,7 @@ use worklease::{Error, Renewal, Token};
 
 use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
+use crate::say::say;
 
 mod child;
 mod exec;
@@ -235,8 +236,8 @@ pub async fn supervise_with(
                         signal_group(group, Signal::SIGCONT);
                     } else {
                         if !lost_seen {
-                            eprintln!(
-                                "worklease: continued after the lease's deadline passed ({}): SIGKILL to the child's process group",
+                            say!(
+                                "continued after the lease's deadline passed ({}): SIGKILL to the child's process group",
                                 describe_loss()
                             );
                             lost_seen = true;
@@ -273,20 +274,20 @@ pub async fn supervise_with(
                 }
                 lost_seen = true;
                 if killed_at.is_some() {
-                    eprintln!(
-                        "worklease: {}; the child's process group got SIGKILL at the lease deadline",
+                    say!(
+                        "{}; the child's process group got SIGKILL at the lease deadline",
                         describe_loss(),
                     );
                 } else if lease.latest().remaining() == Some(Duration::ZERO) {
-                    eprintln!(
-                        "worklease: {}; the lease deadline has passed: SIGKILL to the child's process group",
+                    say!(
+                        "{}; the lease deadline has passed: SIGKILL to the child's process group",
                         describe_loss(),
                     );
                     signal_group(group, Signal::SIGKILL);
                     killed_at = Some(Instant::now());
                 } else {
-                    eprintln!(
-                        "worklease: {}; stopping the child: SIGTERM now, SIGKILL in {}",
+                    say!(
+                        "{}; stopping the child: SIGTERM now, SIGKILL in {}",
                         describe_loss(),
                         fmt_secs(grace),
                     );
@@ -330,8 +331,8 @@ pub async fn supervise_with(
     if !lost_seen && !lease.live() {
         // The deadline passed (the group got SIGKILL at it) before the
         // renewal task reported the loss.
-        eprintln!(
-            "worklease: {}; the lease deadline passed without a successful renewal",
+        say!(
+            "{}; the lease deadline passed without a successful renewal",
             describe_loss()
         );
         lost_seen = true;
@@ -340,8 +341,8 @@ pub async fn supervise_with(
         // The child was stopped because renewal kept failing and its lease
         // was about to run out: the lease is as good as lost (and the store
         // likely unreachable, so no release is attempted: it expires).
-        eprintln!(
-            "worklease: the child was stopped because renewal kept failing and the lease was about to expire"
+        say!(
+            "the child was stopped because renewal kept failing and the lease was about to expire"
         );
         lost_seen = true;
     }

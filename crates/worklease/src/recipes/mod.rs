@@ -4,6 +4,7 @@
 //! a pool that covers a fixed set of work IDs, typed checkpoints.
 
 pub mod leader;
+pub mod once;
 pub mod pool;
 pub mod runner;
 #[cfg(feature = "serde")]

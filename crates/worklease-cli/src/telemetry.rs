@@ -1,0 +1,137 @@
+//! The command's Prometheus metrics: served on `--metrics-addr` while it
+//! runs, written to `--metrics-file` when it ends (node_exporter's
+//! textfile collector: what a cron job that lives seconds can give), or
+//! both. See docs/metrics.md.
+//!
+//! A metrics address that cannot be bound (busy, not ours) is a warning:
+//! the job runs anyway, as it would without metrics (issue 37). The file
+//! is written whole and then renamed into place, so a collector never
+//! reads half of it; a failure to write it is a warning too, and the exit
+//! status stays the job's.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+use clap::Args;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::exit::Failure;
+
+/// `--metrics-addr` and `--metrics-file`, of `run`, `elect` and `pool`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MetricsArg {
+    /// Serve Prometheus metrics (text format, any path) on HOST:PORT, e.g. 127.0.0.1:9464 or
+    /// localhost:9464 (port 0 is refused: nobody could find it). Any address given is bound,
+    /// also a non-loopback one: the metrics show work IDs and elections, so expose them only
+    /// where that is fine. An address that cannot be bound is a warning; the command runs.
+    /// See docs/metrics.md.
+    #[arg(long, value_name = "HOST:PORT", value_parser = crate::parse_metrics_addr)]
+    metrics_addr: Option<SocketAddr>,
+
+    /// Write the metrics, in Prometheus text format, to FILE when the command ends
+    /// (whatever its exit status), for node_exporter's textfile collector: written to
+    /// FILE.tmp.PID, then renamed over FILE. Adds worklease_exit_status and
+    /// worklease_end_time_seconds. See docs/metrics.md.
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<PathBuf>,
+}
+
+/// The recorder's handle and where to write it at the end.
+struct AtExit {
+    handle: PrometheusHandle,
+    file: PathBuf,
+}
+
+static AT_EXIT: OnceLock<AtExit> = OnceLock::new();
+
+impl MetricsArg {
+    /// Installs the Prometheus recorder (when either option was given),
+    /// registers the metrics' descriptions and starts the HTTP listener on
+    /// the current runtime (with `--metrics-addr`).
+    ///
+    /// # Errors
+    /// None today: a listener that cannot be bound is a warning. The
+    /// `Result` is kept for the callers' `?`.
+    pub fn serve(&self) -> Result<(), Failure> {
+        if self.metrics_addr.is_none() && self.metrics_file.is_none() {
+            return Ok(());
+        }
+        let recorder = match self.metrics_addr {
+            Some(addr) => match PrometheusBuilder::new().with_http_listener(addr).build() {
+                Ok((recorder, exporter)) => {
+                    tokio::spawn(exporter);
+                    tracing::info!(%addr, "serving Prometheus metrics");
+                    recorder
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        %addr,
+                        error = %e,
+                        "cannot serve metrics on --metrics-addr; running without it"
+                    );
+                    PrometheusBuilder::new().build_recorder()
+                }
+            },
+            None => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            // Only a second `serve` in one process gets here: the first
+            // recorder goes on recording.
+            return Ok(());
+        }
+        worklease::metrics::describe();
+        if let Some(file) = &self.metrics_file {
+            let _ = AT_EXIT.set(AtExit {
+                handle,
+                file: file.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Writes `--metrics-file`, if one was given, for a command that ends
+/// with exit status `code`: the metrics recorded, plus
+/// `worklease_exit_status` and `worklease_end_time_seconds`.
+pub fn write_at_exit(code: u8) {
+    let Some(at_exit) = AT_EXIT.get() else {
+        return;
+    };
+    metrics::describe_gauge!(
+        "worklease_exit_status",
+        "The exit status of the worklease command that wrote this file (see `worklease --help`)."
+    );
+    metrics::describe_gauge!(
+        "worklease_end_time_seconds",
+        metrics::Unit::Seconds,
+        "When the worklease command that wrote this file ended, in seconds since the Unix epoch."
+    );
+    metrics::gauge!("worklease_exit_status").set(f64::from(code));
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!("worklease_end_time_seconds").set(now);
+    at_exit.handle.run_upkeep();
+    if let Err(e) = write_atomically(&at_exit.file, at_exit.handle.render().as_bytes()) {
+        tracing::warn!(
+            file = %at_exit.file.display(),
+            error = %e,
+            "cannot write --metrics-file"
+        );
+    }
+}
+
+/// Writes `bytes` to `path.tmp.PID`, then renames it over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp.{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
