@@ -2,7 +2,8 @@
 # Installs the Debian package DEB (packaging/build-deb.sh prints its path)
 # with dpkg and checks what it installed: the command's version, every man
 # page (groff with all warnings), the completion scripts (bash loads its
-# own), and the systemd units (systemd-analyze verify, where systemd is
+# own), the configuration file (a conffile, read from /etc by every
+# command), and the systemd units (systemd-analyze verify, where systemd is
 # installed; each one's ExecStart line, run as systemd would). Purges the package at the end. Root only (CI runs as root);
 # installs groff-base when it is missing. As another user, outside CI, it
 # says so and checks nothing.
@@ -57,15 +58,18 @@ getent passwd worklease >/dev/null || fail "no system user worklease"
 
 # The units: systemd-analyze verify loads each as an instance (with an
 # environment file, as an operator writes one) and checks its ExecStart.
-units=(/usr/lib/systemd/system/worklease-elect@.service /usr/lib/systemd/system/worklease-pool@.service)
+units=(/usr/lib/systemd/system/worklease-elect@.service /usr/lib/systemd/system/worklease-pool@.service
+    /usr/lib/systemd/system/worklease-run@.service /usr/lib/systemd/system/worklease-run@.timer)
 for unit in "${units[@]}"; do [ -s "$unit" ] || fail "missing $unit"; done
 if command -v systemd-analyze >/dev/null 2>&1; then
     install -d /etc/worklease
     cp /usr/share/doc/worklease/examples/elect.env /etc/worklease/elect-ci-check.env
     cp /usr/share/doc/worklease/examples/pool.env /etc/worklease/pool-ci-check.env
+    cp /usr/share/doc/worklease/examples/run.env /etc/worklease/run-ci-check.env
     trap 'rm -f /etc/worklease/*-ci-check.env; dpkg --purge worklease >/dev/null 2>&1 || true' EXIT
     out=$(SYSTEMD_LOG_LEVEL=warning systemd-analyze verify --man=no \
-        worklease-elect@ci-check.service worklease-pool@ci-check.service 2>&1) ||
+        worklease-elect@ci-check.service worklease-pool@ci-check.service \
+        worklease-run@ci-check.service worklease-run@ci-check.timer 2>&1) ||
         fail "systemd-analyze verify: $out"
     # Warnings about the unit files themselves fail; ones about units
     # outside the package (this machine's own) do not.
@@ -80,17 +84,40 @@ fi
 store_dir=$(mktemp -d)
 chown worklease:worklease "$store_dir"
 trap 'rm -rf "$store_dir" /etc/worklease/*-ci-check.env; dpkg --purge worklease >/dev/null 2>&1 || true' EXIT
-run_unit() { # UNIT OPTS_VAR OPTS
+exec_start() { # UNIT OPTS_VAR OPTS [VAR=VALUE...]: runs its ExecStart line
     local line command="touch $store_dir/$1.ran"
     line=$(sed -n 's/^ExecStart=//p' "/usr/lib/systemd/system/$1")
     line=${line//%i/ci-check}
+    line=${line//%%/%}
+    line=${line//\$\$/\$}
     runuser -u worklease -- env -i PATH=/usr/bin:/bin WORKLEASE_HOME="$store_dir" \
-        "$2=$3" COMMAND="$command" sh -c "exec $line" ||
+        "$2=$3" COMMAND="$command" "${@:4}" sh -c "exec $line" ||
         fail "$1's ExecStart ($line, $2=$3, COMMAND=$command) exited $?"
+}
+run_unit() { # as exec_start; COMMAND must run
+    exec_start "$@"
     [ -e "$store_dir/$1.ran" ] || fail "$1's ExecStart did not run COMMAND"
 }
 run_unit worklease-elect@.service ELECT_OPTS "--ttl 2s"
 run_unit worklease-pool@.service POOL_OPTS "--ttl 1s --work-ids ci-a"
 [ -s "$store_dir/leases.db" ] || fail "the units' default store is not \$WORKLEASE_HOME/leases.db"
+# The run unit: once per period; a second start in the period finds the
+# job finished and runs nothing (exit 0).
+run_unit worklease-run@.service RUN_OPTS "--ttl 2s" PERIOD=%Y-%m-%d
+rm "$store_dir/worklease-run@.service.ran"
+exec_start worklease-run@.service RUN_OPTS "--ttl 2s" PERIOD=%Y-%m-%d 2>/dev/null
+[ ! -e "$store_dir/worklease-run@.service.ran" ] || fail "worklease-run@ ran a finished job again"
+
+# The configuration file: a conffile, commented out, read from /etc by a
+# command in cron's empty environment.
+dpkg-query -W -f='${Conffiles}' worklease | grep -q ' /etc/worklease/config.toml ' ||
+    fail "/etc/worklease/config.toml is not a conffile"
+grep -q '^#store = ' /etc/worklease/config.toml || fail "/etc/worklease/config.toml is not the commented example"
+cp /etc/worklease/config.toml "$store_dir/config.toml.orig"
+echo "store = \"sqlite:$store_dir/from-etc.db\"" >>/etc/worklease/config.toml
+runuser -u worklease -- env -i PATH=/usr/bin:/bin HOME=/nonexistent /usr/bin/worklease run ci-etc -- true ||
+    fail "a run with the store named in /etc/worklease/config.toml failed"
+cp "$store_dir/config.toml.orig" /etc/worklease/config.toml
+[ -s "$store_dir/from-etc.db" ] || fail "/etc/worklease/config.toml's store was not used"
 
 echo "check-deb: $(basename "$deb"): installs, and its command, man pages, completions, units and their ExecStart lines check"

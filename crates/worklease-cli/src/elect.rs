@@ -59,12 +59,12 @@ pub struct ElectArgs {
 
     /// Leadership TTL: how long a standby waits for a leader that stopped
     /// renewing (renewed every TTL/3), e.g. 500ms, 15s, 1m.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
 
     /// How often a candidate retries (a release wakes it at once on every
     /// store but S3).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll, allow_hyphen_values = true)]
     poll: Duration,
 
     /// Candidate (holder) ID [default: <hostname>:<pid>].
@@ -75,7 +75,7 @@ pub struct ElectArgs {
     /// SIGTERM comes --grace before the lease deadline while renewal fails,
     /// at once when leadership is taken away [default: TTL/4, at most 10s;
     /// at most TTL/2].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     grace: Option<Duration>,
 
     /// Serve health endpoints on HOST:PORT: GET /livez (200 while this
@@ -98,7 +98,7 @@ pub struct ElectArgs {
     /// After stepping down on a request (`worklease leader --step-down`):
     /// how long this process stands by before it campaigns again, so that
     /// a waiting candidate takes over first [default: the TTL].
-    #[arg(long, value_name = "DURATION", value_parser = parse_poll)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_poll, allow_hyphen_values = true)]
     backoff: Option<Duration>,
 
     /// A value to publish while leading (the leader's address, say), at
@@ -161,10 +161,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     };
     // A store that answers nothing at all is a configuration error: say
     // so at once (exit 69) instead of campaigning against it forever.
-    match elector.leader().await {
-        Ok(_) | Err(Error::NoLease { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
+    elector.leader().await?;
     tracing::info!(election = %args.election, owner = elector.owner(), "campaigning");
     // The signals belong to the campaign until this process leads, then to
     // the child's supervision: `leading` hands them over, for each term.
@@ -215,7 +212,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
         say!(
             "stepped down from {:?} on request; campaigning again in {}",
             args.election.as_str(),
-            humantime::format_duration(backoff)
+            crate::run::fmt_secs(backoff)
         );
         let mut signals = signals.lock().await;
         tokio::select! {

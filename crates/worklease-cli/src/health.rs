@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use worklease::election::Elector;
-use worklease::{Error, WorkId};
+use worklease::WorkId;
 
 use crate::exit::{self, Failure};
 use crate::leader::leader_json;
@@ -80,8 +80,7 @@ async fn readyz(Shared(health): Shared<Arc<Health>>) -> Response {
 
 async fn leader(Shared(health): Shared<Arc<Health>>) -> Response {
     let state = match health.elector.leader().await {
-        Ok(state) => Some(state),
-        Err(Error::NoLease { .. }) => None,
+        Ok(state) => state,
         Err(e) => {
             let message = format!("{}\n", Failure::from(e).message);
             return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();

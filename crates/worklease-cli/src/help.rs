@@ -102,10 +102,18 @@ stopped renewing is taken once the waiter has seen it unchanged for the
 holder's TTL, that is within TTL + --poll of its last renewal or of the start
 of the wait, whichever is later.
 
-Exit status: the child's (128+N if signal N ended it); 75 held by another
-(without --wait); 76 lease lost; 64 usage error; 69 store failure; 77 the
-SQLite store file is refused (another user could write it, or it is not a
-regular file); 126/127 the command cannot be run / was not found. The
+From cron on every host of a fleet: name the shared store in
+/etc/worklease/config.toml (store = \"postgres://...\"), or every host uses its
+own SQLite file (a warning says so; --require-shared-store refuses it), and
+run with --if-held=ok (the losers exit 0 in silence) and --once (a late cron
+skips a job that finished); --metrics-file writes the run's metrics at exit.
+
+Exit status: the child's (128+N if signal N ended it); 0 also when skipped
+(--if-held=ok, --once); 75 held by another (without --wait); 76 lease lost;
+64 usage error; 69 store failure; 77 the SQLite store file is refused
+(another user could write it, or it is not a regular file); 78 configuration
+(a bad configuration file, or a per-host store where a shared one is
+required); 126/127 the command cannot be run / was not found. The
 child may exit with 64, 69, 75 or 76 itself. When the status is worklease's own, the last line
 worklease writes to stderr starts with `worklease:` and says why (for 76:
 `worklease: exit 76: ...`, with the child's own status); when it is the
@@ -118,6 +126,7 @@ Examples:
   worklease run --wait --poll 500ms --ttl 30s shard-7 -- ./process-shard 7
   worklease run --store sqlite:/srv/leases.db --holder web-1 migrate -- ./migrate.sh
   worklease run job -- sh -c 'echo \"token $WORKLEASE_FENCING_TOKEN\"; ./work'
+  worklease run --if-held=ok --once nightly-$(date +%F) -- ./nightly.sh   # from cron
 ";
 
 pub const ELECT_HELP: &str = "\

@@ -71,7 +71,7 @@ pub struct LeaderArgs {
 
     /// With --watch: how late at most a change the store does not notify
     /// (a published value; a new leader on S3) is seen.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll, allow_hyphen_values = true)]
     poll: Duration,
 
     /// The election (a work ID: 1 to 1014 bytes, no control characters,

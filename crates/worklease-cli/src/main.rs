@@ -98,9 +98,11 @@ mod pool;
 mod progress;
 mod release;
 mod run;
+mod run_once;
 mod say;
 mod settle;
 mod status;
+mod status_select;
 mod store_arg;
 mod supervise;
 mod telemetry;
@@ -189,7 +191,7 @@ pub struct RunArgs {
 
     /// Lease TTL: how long the lease outlives a holder that stops renewing
     /// (it is renewed every TTL/3), e.g. 500ms, 15s, 1m.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
 
     /// Wait until the lease is free instead of exiting with 75.
@@ -222,7 +224,7 @@ pub struct RunArgs {
     /// With --wait: how often to retry (a release wakes the waiter at once
     /// on every store but S3, and the wait also ends as soon as the
     /// holder's lease expires).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_poll, allow_hyphen_values = true)]
     poll: Duration,
 
     /// Holder ID [default: <hostname>:<pid>].
@@ -233,7 +235,7 @@ pub struct RunArgs {
     /// SIGTERM comes --grace before the lease deadline while renewal fails,
     /// at once when the lease is taken away [default: TTL/4, at most 10s;
     /// at most TTL/2].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     grace: Option<Duration>,
 
     /// WORK_ID names a semaphore of N permits (1 to 10000): hold any one
@@ -272,7 +274,7 @@ pub struct PoolArgs {
     /// every TTL/3, which is also how often the pool rebalances; after a
     /// crash, the other pools take over within TTL + 2 rounds. E.g. 500ms,
     /// 15s, 1m.
-    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl)]
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
 
     /// Holder ID of this pool process, unique among the pools of one name
@@ -284,13 +286,13 @@ pub struct PoolArgs {
     /// the pool stops it (lease lost, hand-off, shutdown); while renewal
     /// fails, SIGTERM comes --grace before the lease deadline [default:
     /// TTL/4, at most 10s; at most TTL/2].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     grace: Option<Duration>,
 
     /// How long this pool waits before starting a work ID's command again
     /// after it failed (a non-zero exit); it is started again as soon as
     /// this has passed (if the pool's share allows); at least 1ms.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_poll)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_poll, allow_hyphen_values = true)]
     backoff: Duration,
 
     /// The pools of one name share the work IDs (their membership leases
@@ -338,14 +340,25 @@ pub struct StatusArgs {
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<usize>,
 
-    /// With no WORK_ID: also the leases worklease keeps for itself beside
-    /// yours (fair lines' `.../fair-queue` and `.../fair-waiter/N`, a
-    /// semaphore's under `NAME/permit/line/`, an election's `.../step-down`
-    /// requests), hidden by default.
+    /// Also the leases worklease keeps for itself beside yours (fair lines'
+    /// `.../fair-queue` and `.../fair-waiter/N`, a semaphore's under
+    /// `NAME/permit/line/`, an election's `.../step-down` requests, run-once
+    /// records `.../finished`), hidden unless named exactly.
     #[arg(long)]
     all: bool,
 
-    /// The work IDs to show [default: all but worklease's own].
+    /// Only work IDs that start with PREFIX.
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<String>,
+
+    /// The order of the rows: work-id (natural: shard-2 before shard-10),
+    /// holder, token (highest first) or expires (soonest first).
+    #[arg(long, value_enum, value_name = "KEY", default_value_t = status_select::SortKey::WorkId)]
+    sort: status_select::SortKey,
+
+    /// The work IDs to show, each exact or a glob pattern (`'reidx*'`,
+    /// `'shard-?'`: `*` matches `/` too; quote it from the shell) [default:
+    /// all but worklease's own].
     #[arg(value_name = "WORK_ID", value_parser = parse_work_id)]
     work_ids: Vec<WorkId>,
 }
@@ -550,7 +563,17 @@ fn main() -> ExitCode {
             // Every other parse error is a usage error (clap's own status
             // would be 2), said on a line starting with `worklease:` as all
             // of worklease's own failures are.
-            let text = e.render().to_string();
+            let mut text = e.render().to_string();
+            // clap echoes a refused value whole: shorten a long one (a
+            // 2,000-byte work ID) as worklease's own lines do.
+            if let Some(clap::error::ContextValue::String(value)) =
+                e.get(clap::error::ContextKind::InvalidValue)
+            {
+                if value.len() > 96 {
+                    text =
+                        text.replace(value.as_str(), &say::shorten_quoted(&format!("{value:?}")));
+                }
+            }
             say::failure(text.strip_prefix("error: ").unwrap_or(&text).trim_end());
             return ExitCode::from(exit::USAGE);
         }

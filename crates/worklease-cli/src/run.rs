@@ -30,15 +30,17 @@ use nix::sys::signal::Signal;
 use worklease::store::memory::MemoryStore;
 use worklease::store::ExpiryClock;
 use worklease::{
-    once, AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Semaphore, Token,
+    AcquireOptions, Config, Error, LeaseStore, Leases, RenewalOptions, Semaphore, Token,
 };
 
 use crate::exit::{self, Failure};
 use crate::progress::Progress;
+use crate::run_once;
 use crate::say::{self, say};
 use crate::settle;
 use crate::supervise::{cannot_run, spawn, supervise, terminating, Signals};
 use crate::RunArgs;
+pub use worklease_cli::values::fmt_secs;
 
 /// The longest default `--grace`.
 const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -104,7 +106,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
         "lease acquired"
     );
 
-    if args.once && finished_already(&leases, &token).await? {
+    if args.once && run_once::finished_already(&leases, &token).await? {
         return Ok(0);
     }
 
@@ -143,12 +145,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     }
     if args.once && code == 0 {
         // Recorded while the lease is still renewed, before its release.
-        if let Err(e) = once::record_finished(&store, &token).await {
-            tracing::warn!(
-                error = %e,
-                "the child exited 0, but its finish could not be recorded: the next --once runs it again"
-            );
-        }
+        run_once::record(&store, &token).await;
     }
     // The child and what it left in its process group ended inside the
     // lease (before the holder's deadline, before any loss): the run is
@@ -191,47 +188,6 @@ fn when_held(if_held: IfHeld, failure: Failure) -> Result<u8, Failure> {
         IfHeld::Fail if say::is_quiet() => Err(Failure::new(exit::HELD, "")),
         IfHeld::Fail => Err(failure),
     }
-}
-
-/// `run --once`, with the lease held by `token`: true when the job
-/// finished already in the acquisition before this one ([`once`]); then
-/// this acquisition carries the record on, is released, and a line says
-/// so (unless `-q`). A store failure releases the lease and fails the run
-/// (nothing is run without knowing).
-async fn finished_already(leases: &Leases, token: &Token) -> Result<bool, Failure> {
-    let store = leases.store();
-    let judged = async {
-        let previous = leases
-            .read_checkpoint(token)
-            .await?
-            .handoff
-            .previous
-            .map(|p| p.fencing_token);
-        once::finished_before(store, token, previous).await
-    }
-    .await;
-    let record = match judged {
-        Ok(None) => return Ok(false),
-        Ok(Some(record)) => record,
-        Err(e) => {
-            release_after_failure(leases, token.clone()).await;
-            return Err(e.into());
-        }
-    };
-    if let Err(e) = once::record_finished(store, token).await {
-        tracing::warn!(error = %e, "cannot carry the run-once record on: the next --once runs the job");
-    }
-    release_after_failure(leases, token.clone()).await;
-    if !say::is_quiet() {
-        say!(
-            "{:?} finished already (fencing token {}, held by {:?}, recorded {}): not running it again (--once)",
-            token.work_id().as_str(),
-            record.fencing_token,
-            record.holder_id,
-            humantime::format_rfc3339_seconds(record.at)
-        );
-    }
-    Ok(true)
 }
 
 /// Refuses an empty program name (`-- ""`) before the store is touched:
@@ -286,8 +242,8 @@ pub fn check_lease_args(
             "--grace {} is longer than half the TTL ({}): the child must be gone by the lease \
              deadline, and is sent SIGTERM --grace before it, so --grace may be at most TTL/2 \
              (default TTL/4, at most 10s); give a shorter --grace or a longer --ttl",
-            humantime::format_duration(grace),
-            humantime::format_duration(half),
+            fmt_secs(grace),
+            fmt_secs(half),
         ))),
         Some(grace) => Ok(grace),
     }
@@ -568,7 +524,7 @@ fn observation_note(kind: &str) -> String {
 
 /// Releases a lease we could not use (the child never started); a failure
 /// only leaves the lease to expire.
-async fn release_after_failure(leases: &Leases, token: Token) {
+pub async fn release_after_failure(leases: &Leases, token: Token) {
     if let Err(e) = leases.release(token).await {
         tracing::warn!(error = %e, "cannot release the lease: it ends when its TTL runs out");
     }
@@ -582,25 +538,6 @@ pub fn default_holder() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_string());
     format!("{host}:{}", std::process::id())
-}
-
-/// A duration for people, as every message of the CLI writes it: `750ms`
-/// under 0.1s, `4.2s` under a minute, else whole seconds in units (`2m 5s`,
-/// `1h 3m`).
-pub fn fmt_secs(d: Duration) -> String {
-    if d < Duration::from_millis(100) {
-        return match d.as_millis() {
-            0 => format!("{}µs", d.as_micros()),
-            ms => format!("{ms}ms"),
-        };
-    }
-    let tenths = (d.as_millis() + 50) / 100;
-    if tenths < 600 {
-        format!("{}.{}s", tenths / 10, tenths % 10)
-    } else {
-        let secs = u64::try_from((d.as_millis() + 500) / 1000).unwrap_or(u64::MAX);
-        humantime::format_duration(Duration::from_secs(secs)).to_string()
-    }
 }
 
 #[cfg(test)]
@@ -623,18 +560,6 @@ mod tests {
         // No overflow with an absurd --grace.
         let e = check_lease_args("h", s(15), Some(Duration::MAX)).unwrap_err();
         assert_eq!(e.code, exit::USAGE);
-    }
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(fmt_secs(Duration::from_micros(750)), "750µs");
-        assert_eq!(fmt_secs(ms(50)), "50ms");
-        assert_eq!(fmt_secs(ms(4200)), "4.2s");
-        assert_eq!(fmt_secs(ms(3750)), "3.8s");
-        assert_eq!(fmt_secs(ms(59_960)), "1m");
-        assert_eq!(fmt_secs(ms(125_400)), "2m 5s");
-        assert_eq!(fmt_secs(Duration::from_secs(3780)), "1h 3m");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub async fn before_exit(
     ttl: Duration,
     signals: &mut Signals,
 ) {
-    let ttl_text = humantime::format_duration(ttl);
+    let ttl_text = crate::run::fmt_secs(ttl);
     tokio::select! {
         settled = settle => {
             if let Err(e) = settled {

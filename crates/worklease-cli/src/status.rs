@@ -4,11 +4,12 @@ use std::io::{IsTerminal, Write};
 
 use serde::Serialize;
 use worklease::store::{url, ExpiryClock};
-use worklease::{LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder, WorkId};
+use worklease::{LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder};
 
 use crate::exit::{self, Failure};
 use crate::run::fmt_secs;
 use crate::say::say;
+use crate::status_select::Selection;
 use crate::StatusArgs;
 
 /// One lease as `status --json` prints it: the eight fields of SPEC §4,
@@ -102,16 +103,20 @@ pub async fn status(args: StatusArgs) -> Result<u8, Failure> {
     if let Some(n) = args.permits {
         return semaphore(args, n).await;
     }
+    let selection = Selection::new(&args.work_ids, args.prefix.clone(), args.all, args.sort)?;
     let (store_url, store) = args.store.open_existing()?;
     if args.watch {
-        return watch(&args, &store_url, store.as_ref()).await;
+        return watch(&args, &selection, &store_url, store.as_ref()).await;
     }
-    let leases = leases(store.as_ref(), &args.work_ids, args.all).await?;
+    let leases = leases(store.as_ref(), &selection).await?;
     let out = render(&leases, store.as_ref(), &store_url, args.json)?;
     write_stdout(&out)?;
 
-    let unknown: Vec<&str> = args
-        .work_ids
+    if !selection.exact_only() {
+        return Ok(0);
+    }
+    let unknown: Vec<&str> = selection
+        .exact()
         .iter()
         .filter(|w| !leases.iter().any(|l| &l.work_id == *w))
         .map(|w| w.as_str())
@@ -141,8 +146,10 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
         return Err(Failure::usage("status --permits does not take --watch"));
     }
     args.work_ids = worklease::semaphore::permit_ids(name.as_str(), n)?;
+    let selection = Selection::new(&[], None, args.all, args.sort)?;
     let (store_url, store) = args.store.open_existing()?;
-    let leases = leases(store.as_ref(), &args.work_ids, args.all).await?;
+    let mut leases = store.inspect(&args.work_ids).await?;
+    leases = selection.apply(leases);
     let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
     if !args.json {
         let held = leases.iter().filter(|l| !l.expired).count();
@@ -165,20 +172,10 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// The leases of `work_ids`, or of every work ID but worklease's own
-/// ([`worklease::is_internal_work_id`]) when none is named, unless `all`;
-/// sorted by work ID.
-async fn leases(
-    store: &dyn LeaseStore,
-    work_ids: &[WorkId],
-    all: bool,
-) -> Result<Vec<LeaseInfo>, Failure> {
-    let mut leases = store.inspect(work_ids).await?;
-    if work_ids.is_empty() && !all {
-        leases.retain(|l| !worklease::is_internal_work_id(l.work_id.as_str()));
-    }
-    leases.sort_by(|a, b| a.work_id.cmp(&b.work_id));
-    Ok(leases)
+/// The leases `selection` selects, in its order ([`Selection`]).
+async fn leases(store: &dyn LeaseStore, selection: &Selection) -> Result<Vec<LeaseInfo>, Failure> {
+    let leases = store.inspect(selection.to_inspect()).await?;
+    Ok(selection.apply(leases))
 }
 
 /// The table (after a `store:` line, and followed by a note on `held?`
@@ -218,7 +215,12 @@ fn render(
 /// `status --watch`: redraws every second until SIGINT or SIGTERM (exit
 /// 0) or until the reader of stdout goes away (exit 0). A transient store
 /// failure is said on stderr and retried at the next round.
-async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Result<u8, Failure> {
+async fn watch(
+    args: &StatusArgs,
+    selection: &Selection,
+    store_url: &str,
+    store: &dyn LeaseStore,
+) -> Result<u8, Failure> {
     let mut stop = StopSignals::install()?;
     let terminal = std::io::stdout().is_terminal();
     let mut ticks = tokio::time::interval(WATCH_EVERY);
@@ -241,7 +243,7 @@ async fn watch(args: &StatusArgs, store_url: &str, store: &dyn LeaseStore) -> Re
                 format!("the store file {} is gone", path.display()),
             ));
         }
-        let leases = match leases(store, &args.work_ids, args.all).await {
+        let leases = match leases(store, selection).await {
             Ok(leases) => leases,
             Err(failure) if failure.code == exit::UNAVAILABLE && !first => {
                 say!("{} (retrying)", failure.message);
@@ -549,7 +551,8 @@ mod tests {
             })
             .await
             .unwrap();
-        let leases = leases(&store, &[], true).await.unwrap();
+        let all = Selection::new(&[], None, true, Default::default()).unwrap();
+        let leases = leases(&store, &all).await.unwrap();
 
         let text = String::from_utf8(render(&leases, &store, "memory:", false).unwrap()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -582,7 +585,8 @@ mod tests {
         // A store with a clock never says held? nor adds the note.
         let memory = worklease::store::memory::MemoryStore::new();
         memory.acquire(&held, &holder, ttl).await.unwrap();
-        let leases = super::leases(&memory, &[], true).await.unwrap();
+        let all = Selection::new(&[], None, true, Default::default()).unwrap();
+        let leases = super::leases(&memory, &all).await.unwrap();
         let text = String::from_utf8(render(&leases, &memory, "memory:", false).unwrap()).unwrap();
         assert!(!text.contains("held?"), "{text}");
     }

@@ -8,11 +8,17 @@ use std::time::Duration;
 use worklease::limits::{check_ttl, HolderId, WorkId};
 
 /// A duration as humantime writes it (`500ms`, `15s`, `1m`), surrounding
-/// whitespace ignored. Errors: text humantime refuses, or a duration past
-/// what it represents.
+/// whitespace ignored. Errors: a negative duration (its options take
+/// values starting with `-`, so that `--ttl -3s` reaches this check), text
+/// humantime refuses, or a duration past what it represents.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("{e} (write for example 500ms, 15s or 1m)"))
+    let s = s.trim();
+    if s.starts_with('-') {
+        return Err(format!(
+            "{s:?} is negative: a duration is 0 or more (write for example 500ms, 15s or 1m)"
+        ));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (write for example 500ms, 15s or 1m)"))
 }
 
 /// A lease TTL: a duration within the library's TTL limits
@@ -28,7 +34,7 @@ pub fn parse_poll(s: &str) -> Result<Duration, String> {
         // Shared by --poll and --backoff: clap's message names the option.
         return Err(format!(
             "{} is too short: it must be at least 1ms",
-            humantime::format_duration(d)
+            fmt_secs(d)
         ));
     }
     Ok(d)
@@ -78,4 +84,40 @@ pub fn work_id_lines(text: &str) -> impl Iterator<Item = &str> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// A duration for people, as every message of the CLI writes it: `750ms`
+/// under 0.1s, `4.2s` under a minute, else whole seconds in units (`2m 5s`,
+/// `1h 3m`).
+pub fn fmt_secs(d: Duration) -> String {
+    if d < Duration::from_millis(100) {
+        return match d.as_millis() {
+            0 => format!("{}µs", d.as_micros()),
+            ms => format!("{ms}ms"),
+        };
+    }
+    let tenths = (d.as_millis() + 50) / 100;
+    if tenths < 600 {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    } else {
+        let secs = u64::try_from((d.as_millis() + 500) / 1000).unwrap_or(u64::MAX);
+        humantime::format_duration(Duration::from_secs(secs)).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_secs(Duration::from_micros(750)), "750µs");
+        assert_eq!(fmt_secs(ms(50)), "50ms");
+        assert_eq!(fmt_secs(ms(4200)), "4.2s");
+        assert_eq!(fmt_secs(ms(3750)), "3.8s");
+        assert_eq!(fmt_secs(ms(59_960)), "1m");
+        assert_eq!(fmt_secs(ms(125_400)), "2m 5s");
+        assert_eq!(fmt_secs(Duration::from_secs(3780)), "1h 3m");
+    }
 }

@@ -314,3 +314,53 @@ fn once_across_two_hosts_runs_the_job_once() {
         "the job ran more than once"
     );
 }
+
+/// `status` finds date-stamped work IDs by glob or prefix, sorts them
+/// naturally, and only exact names are "unknown" (exit 4).
+#[test]
+fn status_selects_by_glob_and_prefix_and_sorts_naturally() {
+    let w = World::new();
+    for id in [
+        "shard-10",
+        "shard-2",
+        "reidx/2026-12-01",
+        "reidx/2026-12-02",
+    ] {
+        assert_exit(&w.output(&["run", id, "--", "true"]), 0);
+    }
+    let ids = |args: &[&str]| -> Vec<String> {
+        let out = w.output(args);
+        assert_exit(&out, 0);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).expect("JSON");
+                v["work_id"].as_str().expect("work_id").to_string()
+            })
+            .collect()
+    };
+    assert_eq!(
+        ids(&["status", "--json"]),
+        [
+            "reidx/2026-12-01",
+            "reidx/2026-12-02",
+            "shard-2",
+            "shard-10"
+        ]
+    );
+    assert_eq!(
+        ids(&["status", "--json", "reidx*"]),
+        ["reidx/2026-12-01", "reidx/2026-12-02"]
+    );
+    assert_eq!(
+        ids(&["status", "--json", "--prefix", "shard-"]),
+        ["shard-2", "shard-10"]
+    );
+    assert_eq!(ids(&["status", "--json", "nothing*"]), Vec::<String>::new());
+    let sorted = ids(&["status", "--json", "--sort", "token"]);
+    assert_eq!(
+        sorted[0], "reidx/2026-12-02",
+        "highest token first: {sorted:?}"
+    );
+    assert_exit(&w.output(&["status", "shard-3"]), 4);
+}

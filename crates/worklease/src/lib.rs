@@ -56,6 +56,7 @@
 //! leases.release(token).await?;
 //! # Ok(()) }
 //! ```
+#![warn(missing_debug_implementations)]
 #![warn(missing_docs)]
 // On docs.rs (`--cfg docsrs`, nightly rustdoc): each item gated by a
 // feature says which one enables it.
@@ -111,7 +112,7 @@ pub use error::{Error, InvalidInput, Result, StoreError};
 pub use internal::{is_internal_work_id, user_work_id};
 pub use lease::background::Unsettled;
 pub use lease::renewal::{Renewal, RenewalOptions};
-pub use lease::{AcquireOptions, Config, Leases, DEFAULT_POLL_INTERVAL};
+pub use lease::{AcquireOptions, CheckpointData, Config, Leases, DEFAULT_POLL_INTERVAL};
 pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};
 #[doc(no_inline)]

@@ -25,7 +25,7 @@ pub struct DemoShardArgs {
     shard: usize,
 
     /// Time taken per file on top of reading it.
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = crate::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = crate::parse_duration, allow_hyphen_values = true)]
     pace: Duration,
 
     /// The lease token (set by `worklease run`).

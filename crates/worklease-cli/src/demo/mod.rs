@@ -133,12 +133,12 @@ pub struct DemoArgs {
 
     /// The workers' lease TTL: how long after the SIGKILL another worker
     /// takes the shard over.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::parse_ttl)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
 
     /// Time the child takes per file on top of reading it, so that the
     /// SIGKILL lands in the middle of a shard.
-    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::parse_duration, allow_hyphen_values = true)]
     pace: Duration,
 
     /// Kill no worker: every hand-off is clean.

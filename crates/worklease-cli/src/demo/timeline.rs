@@ -88,11 +88,11 @@ pub(super) fn print_plan(
     }
     say(format!(
         "    worklease run --wait --ttl {} --poll {POLL} --holder worker-N demo/shard-K -- worklease demo-shard ...",
-        humantime::format_duration(plan.ttl)
+        crate::run::fmt_secs(plan.ttl)
     ));
     say(format!(
         "  the child checkpoints after every file ({} per file){}",
-        humantime::format_duration(plan.pace),
+        crate::run::fmt_secs(plan.pace),
         if kill == Kill::Armed {
             "; the first worker whose child has checkpointed a third of a shard gets SIGKILL"
         } else {
@@ -200,7 +200,7 @@ pub(super) fn describe(plan: &Plan, record: &mut Record, event: Event) -> Option
                  nobody released {}, whose lease runs out within the TTL ({}){}",
                 holder(worker),
                 work_id(shard),
-                humantime::format_duration(plan.ttl),
+                crate::run::fmt_secs(plan.ttl),
                 if mid_shard {
                     ""
                 } else {

@@ -6,6 +6,7 @@
 pub(crate) mod acquire;
 pub(crate) mod background;
 pub(crate) mod batch;
+mod data;
 pub mod fair;
 pub(crate) mod finish;
 pub(crate) mod granting;
@@ -13,6 +14,7 @@ mod options;
 pub(crate) mod renewal;
 pub(crate) mod session;
 
+pub use data::CheckpointData;
 pub use options::{AcquireOptions, Config, DEFAULT_POLL_INTERVAL};
 
 use std::sync::Arc;
@@ -387,15 +389,16 @@ impl Leases {
 
     /// Stores `data` as the work ID's checkpoint AND extends the lease, in
     /// one atomic step (Go: `Checkpoint`; "I am alive, and here is where I
-    /// am"). Returns the extended token.
+    /// am"). Returns the extended token. `data` may be borrowed
+    /// ([`CheckpointData`]: `line.as_bytes()`, `&buf`) or owned.
     ///
     /// # Errors
     /// As [`Leases::renew`]; also [`Error::Invalid`] for a checkpoint over
     /// [`crate::limits::MAX_CHECKPOINT_BYTES`], or over the store's own
     /// lower limit ([`crate::store::LeaseStore::max_checkpoint_bytes`]: a
     /// DynamoDB item holds less), naming the limit (nothing is written).
-    pub async fn checkpoint(&self, token: &Token, data: impl Into<Bytes>) -> Result<Token> {
-        let data = data.into();
+    pub async fn checkpoint(&self, token: &Token, data: impl CheckpointData) -> Result<Token> {
+        let data = data.into_checkpoint();
         let store = self.inner.store.kind();
         let span = self.op_span(SpanOp::Checkpoint, token);
         span.record("size", data.len());

@@ -22,6 +22,16 @@ pub struct Config {
     pub(super) observer: Arc<dyn LeaseObserver>,
 }
 
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("holder_id", &self.holder_id)
+            .field("ttl", &self.ttl)
+            .field("safety_margin", &self.safety_margin)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Config {
     /// A holder ID (unique per process: two processes with one holder ID are
     /// one holder to the store) and a lease TTL. Checked by [`Leases::new`](super::Leases::new).

@@ -156,6 +156,15 @@ pub struct Renewal {
     _leases: Leases,
 }
 
+impl std::fmt::Debug for Renewal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewal")
+            .field("token", &self.token())
+            .field("lost", &self.lost.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Renewal {
     pub(crate) fn start(leases: Leases, token: Token, options: RenewalOptions) -> Result<Self> {
         let interval = options.check(&leases)?;

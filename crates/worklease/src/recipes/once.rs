@@ -117,7 +117,7 @@ pub async fn finished_before(
 /// Records that the holder of `token` finished its work ID's job (or, on a
 /// skip, carries the record on to `token`'s acquisition). Call it while
 /// `token`'s lease is live, before releasing it. Two store round trips;
-/// it waits up to [`RECORD_TTL`] while another holder's record is being
+/// it waits up to 10 seconds (the record lease's TTL) while another holder's record is being
 /// written (only a holder that lost the work ID could be writing one).
 ///
 /// # Errors

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, InvalidInput, Result};
 use crate::lease::finish::FinishGuard;
 use crate::lease::renewal::{Renewal, RenewalOptions};
-use crate::lease::{AcquireOptions, Leases};
+use crate::lease::{AcquireOptions, CheckpointData, Leases};
 use crate::store::Checkpoint;
 use crate::token::Token;
 
@@ -78,6 +78,15 @@ pub struct RunContext {
     renewal: Arc<Renewal>,
     prior: Checkpoint,
     leases: Leases,
+}
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("token", &self.renewal.token())
+            .field("prior", &self.prior)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunContext {
@@ -130,7 +139,7 @@ impl RunContext {
     ///
     /// # Errors
     /// As [`Leases::checkpoint`].
-    pub async fn checkpoint(&self, data: impl Into<Bytes>) -> Result<()> {
+    pub async fn checkpoint(&self, data: impl CheckpointData) -> Result<()> {
         self.leases.checkpoint(&self.token(), data).await.map(drop)
     }
 }

@@ -32,6 +32,12 @@ impl Default for Counter {
     }
 }
 
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Counter").field(&*self.0.borrow()).finish()
+    }
+}
+
 impl Counter {
     /// A counter at zero.
     pub fn new() -> Self {
@@ -97,6 +103,16 @@ pub struct FaultStore<S: ?Sized = dyn LeaseStore> {
     hide_expiry: AtomicBool,
     ttl_distortion: Mutex<Option<TtlDistortion>>,
     guard: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl<S: LeaseStore + ?Sized> std::fmt::Debug for FaultStore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultStore")
+            .field("inner", &self.inner.kind())
+            .field("calls", &self.calls.load(Ordering::Relaxed))
+            .field("writes", &self.writes.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl FaultStore {

@@ -45,6 +45,15 @@ pub struct MemoryStore {
     watchers: Watchers,
 }
 
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let leases = self.state.lock().map(|s| s.leases.len()).ok();
+        f.debug_struct("MemoryStore")
+            .field("leases", &leases)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {

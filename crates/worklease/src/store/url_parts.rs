@@ -233,7 +233,7 @@ fn redact_url(url: &str) -> String {
         Some(r) => ("//", r),
         None => ("", rest),
     };
-    let (authority_part, tail) = split_user_info(rest);
+    let (authority_part, tail) = split_user_info(rest, names_a_user(head));
     // `scheme://user:secret` without an `@`: the "port" is a password.
     let tail = if authority_part.is_empty() && !slashes.is_empty() {
         mask_odd_port(tail)
@@ -347,7 +347,7 @@ fn redact_pairs(text: &str) -> String {
 
 /// Splits `rest` (the URL after `scheme:` and `//`) into its masked user
 /// info with the `@` (empty when there is none) and the remainder.
-fn split_user_info(rest: &str) -> (String, &str) {
+fn split_user_info(rest: &str, bare_is_user: bool) -> (String, &str) {
     // A raw password may contain '@', '/', '?' or '#', so the user info is
     // taken to end at the LAST '@': a URL with an '@' further on (in its
     // query, say) is masked more than needed, never less.
@@ -361,12 +361,30 @@ fn split_user_info(rest: &str) -> (String, &str) {
         // encoded ':' and a password after it (`app%3As3cret`).
         Some((user, _password)) if !user.contains('%') => (format!("{user}:***"), after),
         Some(_) => ("***".to_string(), after),
-        // User info without a ':' (a bare token, `user%3Apassword`, or the
-        // password of `scheme:pass@host`) is masked whole, unless it is a
-        // path (`s3://bucket/key@v2`, `sqlite:/home/me/@work`).
+        // A bare user name of a database URL (`postgres://app@db`) is
+        // kept, as the stores' own messages keep it: one rule, user names
+        // kept and passwords masked (issue 37).
+        None if bare_is_user && !user_info.is_empty() && !user_info.contains(['%', '/', ':']) => {
+            (user_info.to_string(), after)
+        }
+        // Other user info without a ':' (a bare token of an HTTP endpoint,
+        // `user%3Apassword`, or the password of `scheme:pass@host`) is
+        // masked whole, unless it is a path (`s3://bucket/key@v2`,
+        // `sqlite:/home/me/@work`).
         None if !user_info.contains('/') && !user_info.is_empty() => ("***".to_string(), after),
         None => (String::new(), rest),
     }
+}
+
+/// Whether user info without a `:` names a user in URLs of `scheme` (with
+/// its `:`, as [`redact_url`] splits it): the database stores' schemes,
+/// where a password always follows a `:`. Not HTTP(S) endpoints, where a
+/// bare user info is often a token.
+fn names_a_user(scheme: &str) -> bool {
+    matches!(
+        scheme.trim_end_matches(':').to_ascii_lowercase().as_str(),
+        "postgres" | "postgresql" | "mysql" | "mariadb" | "redis" | "rediss" | "etcd" | "etcds"
+    )
 }
 
 /// Whether a query parameter's name looks like it holds a secret.
@@ -415,7 +433,10 @@ mod tests {
                 "redis://:pw@localhost:6379/0",
                 "redis://:***@localhost:6379/0",
             ),
-            ("redis://user@host", "redis://***@host"),
+            // One rule: user names kept, passwords masked.
+            ("redis://user@host", "redis://user@host"),
+            ("postgres://app@db:5432/x", "postgres://app@db:5432/x"),
+            ("https://tok3n@example.com/x", "https://***@example.com/x"),
             // An encoded ':' in the user name: anything before '@' is secret.
             ("etcd://app%3AS3cret@h:2379", "etcd://***@h:2379"),
             ("etcd://app%3AS3cret:pw@h", "etcd://***@h"),

@@ -29,6 +29,17 @@ pub struct ElectorBuilder {
     priority: Option<i32>,
 }
 
+impl std::fmt::Debug for ElectorBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ElectorBuilder")
+            .field("election", &self.election)
+            .field("owner", &self.owner)
+            .field("ttl", &self.ttl)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ElectorBuilder {
     /// The lease TTL of the leadership; default 15 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {

@@ -177,6 +177,14 @@ pub struct Campaign {
     stop: CancellationToken,
 }
 
+impl std::fmt::Debug for Campaign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Campaign")
+            .field("stopped", &self.stop.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Campaign {
     /// Starts campaigning on a task of its own.
     pub(super) fn start(elector: Elector) -> Campaign {

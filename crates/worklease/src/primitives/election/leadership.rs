@@ -34,6 +34,15 @@ pub struct Leadership {
     pub(super) released: Arc<AtomicBool>,
 }
 
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("state", &self.state)
+            .field("lost", &self.lost.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Leadership {
     /// The leadership as it was acquired.
     pub fn state(&self) -> &State {

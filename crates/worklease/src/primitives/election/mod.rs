@@ -284,6 +284,15 @@ pub struct Elector {
     inner: Arc<ElectorInner>,
 }
 
+impl std::fmt::Debug for Elector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elector")
+            .field("election", self.election())
+            .field("owner", &self.owner())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Elector {
     /// The election's name (its work ID).
     pub fn election(&self) -> &WorkId {
@@ -313,11 +322,31 @@ impl Elector {
     /// it publishes and the transitions so far. Reads only: the lease, and
     /// its record where it has one.
     ///
+    /// `Ok(None)` when nobody leads (never acquired, released, revoked or
+    /// expired by the store's judgement).
+    ///
+    /// ```
+    /// # async fn example(elector: worklease::election::Elector) -> worklease::Result<()> {
+    /// match elector.leader().await? {
+    ///     Some(state) => println!("{} leads (term {})", state.owner, state.generation),
+    ///     None => println!("nobody leads"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
-    /// [`Error::NoLease`] when nobody leads (never acquired, released,
-    /// revoked or expired by the store's judgement); [`Error::Store`] when
-    /// the store fails.
-    pub async fn leader(&self) -> Result<State> {
+    /// [`Error::Store`] when the store fails.
+    pub async fn leader(&self) -> Result<Option<State>> {
+        match self.leader_traced().await {
+            Ok(state) => Ok(Some(state)),
+            Err(Error::NoLease { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Elector::leader`] in its span: [`Error::NoLease`] when nobody
+    /// leads (the span's outcome `no_lease`).
+    async fn leader_traced(&self) -> Result<State> {
         let span = tracing::debug_span!(
             "worklease.election.leader",
             election = %self.inner.election,

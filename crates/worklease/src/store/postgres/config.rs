@@ -181,6 +181,31 @@ pub(super) struct UrlParts {
     pub(super) tls: bool,
 }
 
+/// The query settings tokio-postgres 0.7 reads (its `Config::param`), and
+/// ours (`sslrootcert`; `table` is split off before).
+const KNOWN_SETTINGS: &[&str] = &[
+    "sslrootcert",
+    "user",
+    "password",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "sslnegotiation",
+    "host",
+    "hostaddr",
+    "port",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
 /// Splits the worklease settings (`table`, `sslrootcert`) off a URL, maps
 /// `sslmode=verify-full` to tokio-postgres's `require` (which verifies
 /// here), and parses the rest with tokio-postgres.
@@ -196,6 +221,16 @@ pub(super) fn parse_url(url: &str) -> Result<UrlParts> {
     let mut root_cert = None;
     let mut kept: Vec<&str> = Vec::new();
     for (name, param) in split.params {
+        if !KNOWN_SETTINGS.contains(&name.as_str()) {
+            // tokio-postgres would say only "invalid connection string".
+            return Err(url_error(
+                url,
+                format!(
+                    "unknown parameter {name:?}: the accepted ones are table, {}",
+                    KNOWN_SETTINGS.join(", ")
+                ),
+            ));
+        }
         match name.as_str() {
             "sslrootcert" => root_cert = Some(std::path::PathBuf::from(param_value(url, param)?)),
             "sslmode" if param_value(url, param)? == "verify-full" => kept.push("sslmode=require"),

@@ -27,6 +27,12 @@ pub struct MemoryRegister {
     state: Mutex<MemoryValues>,
 }
 
+impl std::fmt::Debug for MemoryRegister {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegister").finish_non_exhaustive()
+    }
+}
+
 impl MemoryRegister {
     /// An empty register.
     pub fn new() -> Self {

@@ -311,6 +311,14 @@ pub struct RegisterStore<R: Register> {
     own: Mutex<HashMap<WorkId, OwnWrite>>,
 }
 
+impl<R: Register> std::fmt::Debug for RegisterStore<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisterStore")
+            .field("register", &self.register.kind())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<R: Register> RegisterStore<R> {
     /// An adapter over `register`, with an empty observation map.
     pub fn new(register: R) -> Self {

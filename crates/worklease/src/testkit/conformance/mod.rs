@@ -87,6 +87,16 @@ pub struct Suite {
     pub(crate) prefix: String,
 }
 
+impl std::fmt::Debug for Suite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Suite")
+            .field("store", &self.store.kind())
+            .field("ttl", &self.ttl)
+            .field("paused", &self.paused)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Suite {
     /// A suite over `store` with the default TTL.
     pub fn new(store: Arc<dyn LeaseStore>) -> Self {

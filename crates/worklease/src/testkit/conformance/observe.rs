@@ -161,6 +161,7 @@ pub async fn election_observe_follows_every_change(s: &Suite) {
         .expect("valid elector")
         .leader()
         .await
+        .expect("leader")
         .expect("a leads");
     assert_eq!(
         (
