@@ -142,7 +142,7 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     check_command(&args.command)?;
     check_published(args.publish.as_deref())?;
     let (child_url, store) = args.store.open(&args.shared)?;
-    args.metrics.serve()?;
+    args.metrics.serve(args.election.as_str())?;
     // On a terminal: who leads, refreshed while campaigning.
     let progress = Progress::start(store.clone(), &args.election);
     let mut builder = Elector::builder(store, args.election.as_str(), holder)

@@ -27,7 +27,12 @@ Examples:
   # Who holds what?
   worklease status
 
-Store: --store URL or WORKLEASE_STORE. Across machines:
+Store: --store URL, else WORKLEASE_STORE, else `store = \"URL\"` in the
+configuration: /etc/worklease/config.toml, overridden key by key by
+$XDG_CONFIG_HOME/worklease/config.toml (else ~/.config/worklease/config.toml),
+or WORKLEASE_CONFIG=FILE alone; `require_shared_store = true` (or
+--require-shared-store, WORKLEASE_REQUIRE_SHARED_STORE) makes run, elect and
+pool refuse a per-host store (exit 78). Across machines:
 postgres://user@host:5432/db?table=worklease_leases,
 mysql://user@host:3306/db?table=worklease_leases (or mariadb://; waiters poll),
 redis://host:6379/0?prefix=worklease: (rediss://...&cacert=PATH[&cert=PATH&key=PATH]
@@ -126,7 +131,7 @@ Examples:
   worklease run --wait --poll 500ms --ttl 30s shard-7 -- ./process-shard 7
   worklease run --store sqlite:/srv/leases.db --holder web-1 migrate -- ./migrate.sh
   worklease run job -- sh -c 'echo \"token $WORKLEASE_FENCING_TOKEN\"; ./work'
-  worklease run --if-held=ok --once nightly-$(date +%F) -- ./nightly.sh   # from cron
+  worklease run --if-held=ok --once nightly/$(date -u +\\%F) -- ./nightly.sh   # in a crontab
 ";
 
 pub const ELECT_HELP: &str = "\
@@ -150,7 +155,8 @@ be caught: the fencing token (the generation) is the guard then.
 Exit status: the child's (128+N if signal N ended it); 76 leadership lost;
 128+N a signal ended the campaign; 64 usage error; 69 store failure; 77 the
 SQLite store file is refused (another user could write it, or it is not a
-regular file). When the status is elect's own, its last line on stderr
+regular file); 78 configuration (a bad configuration file, or a per-host
+store where a shared one is required). When the status is elect's own, its last line on stderr
 starts with `worklease:` (for 76: `worklease: exit 76: ...`, with the
 child's own status), as under `run`.
 
@@ -217,8 +223,9 @@ usage error (no work IDs, more than 100000, a duplicate or invalid one, an
 empty or invalid --pool-name, no command, a work ID done by a pool of
 another name); 69 store failure; 70 a work ID failed for good; 77 the SQLite
 store file is refused (another user could write it, or it is not a regular
-file); 126/127 CMD cannot be executed / was not found (every child is
-stopped first).
+file); 78 configuration (a bad configuration file, or a per-host store where
+a shared one is required); 126/127 CMD cannot be executed / was not found
+(every child is stopped first).
 
 Examples:
   worklease pool --work-ids shard-0,shard-1,shard-2,shard-3 -- ./process-shard.sh

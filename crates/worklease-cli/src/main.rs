@@ -11,8 +11,8 @@
 //! resumes from its checkpoint when a holder dies.
 //!
 //! ```text
-//! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace TTL/4] WORK_ID -- CMD [ARGS...]
-//! worklease status [--store URL] [--json] [--watch] [WORK_ID...]
+//! worklease run    [--store URL] [--ttl 15s] [--wait] [--poll 2s] [--holder ID] [--grace TTL/4] [--if-held ok|fail] [--once] WORK_ID -- CMD [ARGS...]
+//! worklease status [--store URL] [--json] [--watch] [--prefix P] [--sort KEY] [WORK_ID|PATTERN...]
 //! worklease checkpoint set [--token T] [--store URL] [DATA]
 //! worklease checkpoint get [--token T] [--store URL] [--json]
 //! worklease release --force [--store URL] WORK_ID
@@ -28,7 +28,10 @@
 //! ## The store
 //!
 //! `--store URL`, else the environment variable `WORKLEASE_STORE`, else the
-//! embedded SQLite file at `worklease::store::url::default_sqlite_path()`:
+//! `store` of the configuration files ([`config`]: `/etc/worklease/config.toml`
+//! and the user's), else the per-host SQLite file (said at the start of
+//! `run`, `elect` and `pool`; `--require-shared-store` refuses it) at
+//! `worklease::store::url::default_sqlite_path()`:
 //! `$WORKLEASE_HOME/leases.db`, `$XDG_DATA_HOME/worklease/leases.db`,
 //! `$HOME/.local/share/worklease/leases.db` or
 //! `/var/lib/worklease/leases.db`, the first whose variable is set. URLs:

@@ -55,7 +55,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
     let (child_url, store) = args.store.open(&args.shared)?;
-    args.metrics.serve()?;
+    args.metrics.serve(args.work_id.as_str())?;
     warn_if_memory(&store);
     let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
     let semaphore = match args.permits {

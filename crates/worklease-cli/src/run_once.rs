@@ -34,16 +34,16 @@ pub async fn finished_already(leases: &Leases, token: &Token) -> Result<bool, Fa
             return Err(e.into());
         }
     };
-    if let Err(e) = once::record_finished(store, token).await {
+    if let Err(e) = once::record_finished(store, token, Some(&record)).await {
         tracing::warn!(error = %e, "cannot carry the run-once record on: the next --once runs the job");
     }
     release_after_failure(leases, token.clone()).await;
     if !say::is_quiet() {
         say!(
-            "{:?} finished already (fencing token {}, held by {:?}, recorded {}): not running it again (--once)",
+            "{:?} finished already (run by {:?} with fencing token {}, finished {}): not running it again (--once)",
             token.work_id().as_str(),
-            record.fencing_token,
             record.holder_id,
+            record.finished_token,
             humantime::format_rfc3339_seconds(record.at)
         );
     }
@@ -53,7 +53,7 @@ pub async fn finished_already(leases: &Leases, token: &Token) -> Result<bool, Fa
 /// Records that the child of `token` exited 0, while the lease is still
 /// renewed; a failure is a warning (the next `--once` runs the job again).
 pub async fn record(store: &Arc<dyn LeaseStore>, token: &Token) {
-    if let Err(e) = once::record_finished(store, token).await {
+    if let Err(e) = once::record_finished(store, token, None).await {
         tracing::warn!(
             error = %e,
             "the child exited 0, but its finish could not be recorded: the next --once runs it again"

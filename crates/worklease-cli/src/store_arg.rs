@@ -42,8 +42,12 @@ pub struct SharedStoreArg {
     /// Refuse to run on a per-host store (sqlite:, memory:), whether given or
     /// chosen by default: exit 78 instead of running where no other host
     /// would see the lease. Also `require_shared_store = true` in the
-    /// configuration file.
-    #[arg(long, env = "WORKLEASE_REQUIRE_SHARED_STORE")]
+    /// configuration file; the variable takes true/false, 1/0, yes/no or on/off.
+    #[arg(
+        long,
+        env = "WORKLEASE_REQUIRE_SHARED_STORE",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     require_shared_store: bool,
 }
 

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
@@ -18,6 +19,7 @@ use clap::Args;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::exit::Failure;
+use crate::say::say;
 
 /// `--metrics-addr` and `--metrics-file`, of `run`, `elect` and `pool`.
 #[derive(Args, Debug, Clone, Default)]
@@ -32,8 +34,10 @@ pub struct MetricsArg {
 
     /// Write the metrics, in Prometheus text format, to FILE when the command ends
     /// (whatever its exit status), for node_exporter's textfile collector: written to
-    /// FILE.tmp.PID, then renamed over FILE. Adds worklease_exit_status and
-    /// worklease_end_time_seconds. See docs/metrics.md.
+    /// FILE.tmp.PID, then renamed over FILE. Every series gets the label
+    /// worklease_job (the work ID, election or pool name), so that the files of
+    /// several jobs in one directory do not collide; adds worklease_exit_status,
+    /// worklease_end_time_seconds and worklease_child_started. See docs/metrics.md.
     #[arg(long, value_name = "FILE")]
     metrics_file: Option<PathBuf>,
 }
@@ -46,20 +50,37 @@ struct AtExit {
 
 static AT_EXIT: OnceLock<AtExit> = OnceLock::new();
 
+/// Whether this process started a child (the job ran, or began to).
+static CHILD_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Notes that a child was started, for `worklease_child_started`.
+pub fn child_started() {
+    CHILD_STARTED.store(true, Ordering::Relaxed);
+}
+
 impl MetricsArg {
     /// Installs the Prometheus recorder (when either option was given),
     /// registers the metrics' descriptions and starts the HTTP listener on
-    /// the current runtime (with `--metrics-addr`).
+    /// the current runtime (with `--metrics-addr`). `job` (the work ID,
+    /// election or pool name) labels the series of `--metrics-file`.
     ///
     /// # Errors
     /// None today: a listener that cannot be bound is a warning. The
     /// `Result` is kept for the callers' `?`.
-    pub fn serve(&self) -> Result<(), Failure> {
+    pub fn serve(&self, job: &str) -> Result<(), Failure> {
         if self.metrics_addr.is_none() && self.metrics_file.is_none() {
             return Ok(());
         }
+        let builder = || {
+            let builder = PrometheusBuilder::new();
+            if self.metrics_file.is_some() {
+                builder.add_global_label("worklease_job", job)
+            } else {
+                builder
+            }
+        };
         let recorder = match self.metrics_addr {
-            Some(addr) => match PrometheusBuilder::new().with_http_listener(addr).build() {
+            Some(addr) => match builder().with_http_listener(addr).build() {
                 Ok((recorder, exporter)) => {
                     tokio::spawn(exporter);
                     tracing::info!(%addr, "serving Prometheus metrics");
@@ -71,10 +92,10 @@ impl MetricsArg {
                         error = %e,
                         "cannot serve metrics on --metrics-addr; running without it"
                     );
-                    PrometheusBuilder::new().build_recorder()
+                    builder().build_recorder()
                 }
             },
-            None => PrometheusBuilder::new().build_recorder(),
+            None => builder().build_recorder(),
         };
         let handle = recorder.handle();
         if metrics::set_global_recorder(recorder).is_err() {
@@ -109,17 +130,24 @@ pub fn write_at_exit(code: u8) {
         metrics::Unit::Seconds,
         "When the worklease command that wrote this file ended, in seconds since the Unix epoch."
     );
+    metrics::describe_gauge!(
+        "worklease_child_started",
+        "1 when the command that wrote this file started its child (the job ran), 0 when it did not (held, skipped, failed before)."
+    );
     metrics::gauge!("worklease_exit_status").set(f64::from(code));
+    let started = CHILD_STARTED.load(Ordering::Relaxed);
+    metrics::gauge!("worklease_child_started").set(if started { 1.0 } else { 0.0 });
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     metrics::gauge!("worklease_end_time_seconds").set(now);
     at_exit.handle.run_upkeep();
     if let Err(e) = write_atomically(&at_exit.file, at_exit.handle.render().as_bytes()) {
-        tracing::warn!(
-            file = %at_exit.file.display(),
-            error = %e,
-            "cannot write --metrics-file"
+        // Said also under -q: a collector would otherwise keep the last
+        // run's file, and nobody would know.
+        say!(
+            "cannot write --metrics-file {}: {e}",
+            at_exit.file.display()
         );
     }
 }

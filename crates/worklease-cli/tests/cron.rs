@@ -274,7 +274,8 @@ fn once_skips_a_finished_job_and_runs_after_a_failure() {
 #[test]
 fn once_across_two_hosts_runs_the_job_once() {
     let w = World::new();
-    let script = "echo x >> \"$D/ran\"; while [ ! -e \"$D/go\" ]; do sleep 0.02; done";
+    let script =
+        "echo \"$WORKLEASE_HOLDER_ID\" >> \"$D/ran\"; while [ ! -e \"$D/go\" ]; do sleep 0.02; done";
     let a = w.spawn_sh(
         &[
             "run",

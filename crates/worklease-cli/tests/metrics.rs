@@ -278,19 +278,25 @@ fn metrics_file_is_written_at_exit_with_the_exit_status() {
     let text = std::fs::read_to_string(&file).expect("metrics file");
     let value = |text: &str, name: &str| -> f64 {
         text.lines()
-            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .find(|l| l.starts_with(&format!("{name}{{worklease_job=\"job\"}}")))
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
     assert_eq!(value(&text, "worklease_exit_status"), 3.0, "{text}");
+    assert_eq!(value(&text, "worklease_child_started"), 1.0, "{text}");
     let ended = value(&text, "worklease_end_time_seconds");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs_f64();
     assert!(ended <= now && ended > 0.0, "{text}");
-    assert!(text.contains("worklease_acquisitions_total"), "{text}");
+    // Every series carries the job's label: two jobs' files in one
+    // textfile directory never collide.
+    assert!(
+        text.contains("worklease_acquisitions_total{worklease_job=\"job\","),
+        "{text}"
+    );
     // No temporary file is left beside it.
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
@@ -321,6 +327,7 @@ fn metrics_file_is_written_at_exit_with_the_exit_status() {
     assert_eq!(out.status.code(), Some(75));
     let text = std::fs::read_to_string(&file).expect("metrics file");
     assert_eq!(value(&text, "worklease_exit_status"), 75.0, "{text}");
+    assert_eq!(value(&text, "worklease_child_started"), 0.0, "{text}");
     std::fs::write(&holder, "").expect("stop");
     assert!(held.wait().expect("holder").success());
 }

@@ -109,10 +109,11 @@ pub async fn spawn_in_group(
         // background once dropped), and the spawn fails as a direct exec
         // would have.
         report.wait().await?;
+        crate::telemetry::child_started();
         Ok(child)
     }
     #[cfg(not(target_os = "linux"))]
-    spawned
+    spawned.inspect(|_| crate::telemetry::child_started())
 }
 
 /// The command that starts `resolved`: through this binary

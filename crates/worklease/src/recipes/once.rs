@@ -5,7 +5,8 @@
 //! The record of work ID `W` is the lease on `W/finished` (reserved:
 //! [`crate::is_internal_work_id`]), acquired and released by the holder of
 //! `W` **while it still holds `W`**, with the holder ID
-//! `<fencing token of W>/<holder of W>`: two store round trips, on every
+//! `<fencing token of W>/<finisher's token>/<finish time, ms>/<finisher>`:
+//! two store round trips, on every
 //! store, with nothing but the lease operations of the contract. `W` is
 //! **finished** for an acquisition of `W` exactly when the record names the
 //! acquisition just before it (its [`crate::Handoff`]'s previous fencing
@@ -40,16 +41,49 @@ use crate::token::Token;
 /// The TTL of the record's own lease (held for one round trip).
 const RECORD_TTL: Duration = Duration::from_secs(10);
 
-/// A work ID's run-once record: which acquisition finished its job.
+/// A work ID's run-once record: who finished its job, and the acquisition
+/// the record names (the finisher's, or the last one that skipped it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
-    /// The fencing token of the acquisition of the work ID that finished.
+    /// The fencing token of the acquisition the record names: the next
+    /// acquisition of the work ID skips the job when it follows this one.
     pub fencing_token: u64,
-    /// Its holder.
+    /// The fencing token of the acquisition whose holder ran the job to
+    /// success.
+    pub finished_token: u64,
+    /// That holder (carried unchanged by the skips after it).
     pub holder_id: String,
-    /// When the record was written, by the wall clock of its writer
-    /// (informational).
+    /// When it finished, by its own wall clock (informational).
     pub at: SystemTime,
+}
+
+impl Finished {
+    /// The record's holder ID: every fact of the record.
+    fn holder(&self) -> String {
+        let ms = self
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!(
+            "{}/{}/{ms}/{}",
+            self.fencing_token, self.finished_token, self.holder_id
+        )
+    }
+
+    /// The record a holder ID written by [`Finished::holder`] holds.
+    fn parse(holder: &str) -> Option<Self> {
+        let mut parts = holder.splitn(4, '/');
+        let fencing_token = parts.next()?.parse().ok()?;
+        let finished_token = parts.next()?.parse().ok()?;
+        let ms: u64 = parts.next()?.parse().ok()?;
+        let holder_id = parts.next()?.to_string();
+        Some(Self {
+            fencing_token,
+            finished_token,
+            holder_id,
+            at: SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
+        })
+    }
 }
 
 /// The work ID of `work_id`'s run-once record (`W/finished`).
@@ -84,14 +118,10 @@ pub async fn read_record(
 ) -> Result<Option<Finished>> {
     let id = record_id(work_id)?;
     let info = store.inspect(std::slice::from_ref(&id)).await?;
-    Ok(info.into_iter().find(|i| i.work_id == id).and_then(|i| {
-        let (token, holder) = i.holder_id.split_once('/')?;
-        Some(Finished {
-            fencing_token: token.parse().ok()?,
-            holder_id: holder.to_string(),
-            at: i.expires_at,
-        })
-    }))
+    Ok(info
+        .into_iter()
+        .find(|i| i.work_id == id)
+        .and_then(|i| Finished::parse(&i.holder_id)))
 }
 
 /// Whether the job of `token`'s work ID finished in the acquisition just
@@ -114,20 +144,38 @@ pub async fn finished_before(
         .filter(|record| record.fencing_token == previous))
 }
 
-/// Records that the holder of `token` finished its work ID's job (or, on a
-/// skip, carries the record on to `token`'s acquisition). Call it while
+/// Records that the holder of `token` finished its work ID's job, or, with
+/// `carried` (the record a skip found), carries that record on to
+/// `token`'s acquisition, keeping who finished and when. Call it while
 /// `token`'s lease is live, before releasing it. Two store round trips;
 /// it waits up to 10 seconds (the record lease's TTL) while another holder's record is being
 /// written (only a holder that lost the work ID could be writing one).
 ///
 /// # Errors
 /// [`Error::Invalid`] as for [`record_id`] or a holder ID too long to
-/// carry the token; [`Error::WaitTimedOut`] when another record stayed
+/// carry the record (over [`crate::limits::MAX_HOLDER_ID_BYTES`] less up to
+/// 56 bytes); [`Error::WaitTimedOut`] when another record stayed
 /// held; [`Error::Store`] when the store fails. Nothing is recorded then:
 /// the next run once runs the job.
-pub async fn record_finished(store: &Arc<dyn LeaseStore>, token: &Token) -> Result<()> {
+pub async fn record_finished(
+    store: &Arc<dyn LeaseStore>,
+    token: &Token,
+    carried: Option<&Finished>,
+) -> Result<()> {
     let id = record_id(token.work_id())?;
-    let holder = format!("{}/{}", token.fencing_token(), token.holder_id());
+    let record = match carried {
+        Some(found) => Finished {
+            fencing_token: token.fencing_token(),
+            ..found.clone()
+        },
+        None => Finished {
+            fencing_token: token.fencing_token(),
+            finished_token: token.fencing_token(),
+            holder_id: token.holder_id().to_string(),
+            at: SystemTime::now(),
+        },
+    };
+    let holder = record.holder();
     let leases = Leases::new(store.clone(), Config::new(holder, RECORD_TTL))?;
     let wait = AcquireOptions::new()
         .wait_for_lease()
@@ -177,7 +225,7 @@ mod tests {
         let s = store();
         let (l, t, prev) = acquire(&s, "nightly", "a").await;
         assert_eq!(finished_before(&s, &t, prev).await.unwrap(), None);
-        record_finished(&s, &t).await.unwrap();
+        record_finished(&s, &t, None).await.unwrap();
         l.release(t.clone()).await.unwrap();
 
         let (l2, t2, prev2) = acquire(&s, "nightly", "b").await;
