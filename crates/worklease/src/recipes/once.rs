@@ -237,11 +237,23 @@ mod tests {
             (rec.fencing_token, rec.holder_id.as_str()),
             (t.fencing_token(), "a")
         );
-        // A skip carries the record on: a third acquisition sees it too.
-        record_finished(&s, &t2).await.unwrap();
+        // A skip carries the record on, keeping who finished: a third
+        // acquisition sees "a" too.
+        record_finished(&s, &t2, Some(&rec)).await.unwrap();
         l2.release(t2).await.unwrap();
         let (l3, t3, prev3) = acquire(&s, "nightly", "c").await;
-        assert!(finished_before(&s, &t3, prev3).await.unwrap().is_some());
+        let carried = finished_before(&s, &t3, prev3)
+            .await
+            .unwrap()
+            .expect("carried");
+        assert_eq!(
+            (
+                carried.finished_token,
+                carried.holder_id.as_str(),
+                carried.at
+            ),
+            (rec.finished_token, "a", rec.at)
+        );
         // An acquisition that records nothing breaks the chain.
         l3.release(t3).await.unwrap();
         let (_, t4, prev4) = acquire(&s, "nightly", "d").await;
