@@ -69,7 +69,7 @@ impl Settings {
     fn read(files: &[PathBuf], must_exist: bool) -> Result<Self, Failure> {
         let mut settings = Settings::default();
         for path in files {
-            let text = match std::fs::read_to_string(path) {
+            let text = match read_bounded(path) {
                 Ok(text) => text,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && !must_exist => continue,
                 Err(e) => {
@@ -95,6 +95,29 @@ impl Settings {
         }
         Ok(settings)
     }
+}
+
+/// The most bytes a configuration file may have.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// The text of the file at `path`: a regular file (not a FIFO or a
+/// device, which could block or never end) of at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_FILE_BYTES} bytes, the limit"
+        )));
+    }
+    Ok(text)
 }
 
 /// One file's keys. Errors: text that is not TOML or a key this version

@@ -108,8 +108,8 @@ pub struct ElectArgs {
     publish: Option<String>,
 
     /// The election (a work ID: 1 to 1014 bytes, no control characters,
-    /// not ending in /fair-queue, /fair-waiter/N, /permit/line or
-    /// /step-down, which worklease keeps for itself).
+    /// not ending in /fair-queue, /fair-waiter/N, /permit/line,
+    /// /step-down or /finished, which worklease keeps for itself).
     #[arg(value_name = "ELECTION", value_parser = parse_election)]
     election: WorkId,
 
@@ -141,8 +141,8 @@ pub async fn elect(args: ElectArgs) -> Result<u8, Failure> {
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
     check_published(args.publish.as_deref())?;
-    let (child_url, store) = args.store.open(&args.shared)?;
     args.metrics.serve(args.election.as_str())?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     // On a terminal: who leads, refreshed while campaigning.
     let progress = Progress::start(store.clone(), &args.election);
     let mut builder = Elector::builder(store, args.election.as_str(), holder)

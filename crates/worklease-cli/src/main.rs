@@ -249,10 +249,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", value_parser = parse_permits)]
     permits: Option<usize>,
 
-    /// The work ID to hold (1 to 1024 bytes, no control characters, not
-    /// ending in /fair-queue, /fair-waiter/N, /permit/line or /step-down,
-    /// which worklease keeps for itself), or with --permits the semaphore's
-    /// name.
+    /// The work ID to hold (1 to 1024 bytes, 1015 with --once; no control
+    /// characters, not ending in /fair-queue, /fair-waiter/N, /permit/line,
+    /// /step-down or /finished, which worklease keeps for itself), or with
+    /// --permits the semaphore's name.
     #[arg(value_name = "WORK_ID", value_parser = parse_user_work_id)]
     work_id: WorkId,
 
@@ -307,7 +307,7 @@ pub struct PoolArgs {
 
     /// The work IDs, comma-separated; repeatable (each 1 to 1024 bytes, no
     /// control characters, none ending in /fair-queue, /fair-waiter/N,
-    /// /permit/line or /step-down, no duplicates; 1 to 100,000 work IDs in
+    /// /permit/line, /step-down or /finished, no duplicates; 1 to 100,000 work IDs in
     /// all).
     #[arg(long, value_name = "ID,ID,...")]
     work_ids: Vec<String>,

@@ -106,8 +106,8 @@ pub async fn pool(args: PoolArgs) -> Result<u8, Failure> {
     )?;
     Pool::new(probe, options.clone())?;
 
-    let (child_url, store) = args.store.open(&args.shared)?;
     args.metrics.serve(&args.pool_name)?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     warn_if_memory(&store);
     let leases = Leases::new(store, Config::new(holder, args.ttl))?;
     let pool = Pool::new(leases.clone(), options)?;

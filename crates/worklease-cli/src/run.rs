@@ -54,8 +54,11 @@ pub async fn run(args: RunArgs) -> Result<u8, Failure> {
     // Nothing is opened, let alone written, for arguments that cannot work.
     let grace = check_lease_args(&holder, args.ttl, args.grace)?;
     check_command(&args.command)?;
-    let (child_url, store) = args.store.open(&args.shared)?;
+    if args.once {
+        worklease::once::check(&args.work_id, &holder)?;
+    }
     args.metrics.serve(args.work_id.as_str())?;
+    let (child_url, store) = args.store.open(&args.shared)?;
     warn_if_memory(&store);
     let leases = Leases::new(store.clone(), Config::new(holder, args.ttl))?;
     let semaphore = match args.permits {

@@ -127,6 +127,22 @@ impl SharedStoreArg {
     /// Refuses a per-host store when a shared one is required; warns of
     /// a per-host default nobody chose.
     fn check(&self, spec: &StoreSpec, url: &str, origin: &Origin) -> Result<(), Failure> {
+        if let (StoreSpec::Sqlite(path), Origin::Config(file)) = (spec, origin) {
+            if path.is_relative() {
+                // Each command would resolve it against its own working
+                // directory: two crons in two directories, two stores.
+                return Err(Failure::new(
+                    exit::CONFIG,
+                    format!(
+                        "{} names the relative SQLite path {}: each command would resolve it in \
+                         its own working directory; write the absolute path (no ~ or $HOME: \
+                         nothing expands them there)",
+                        file.display(),
+                        path.display()
+                    ),
+                ));
+            }
+        }
         let per_host = matches!(spec, StoreSpec::Sqlite(_) | StoreSpec::Memory);
         if !per_host {
             return Ok(());

@@ -65,11 +65,18 @@ impl MetricsArg {
     /// election or pool name) labels the series of `--metrics-file`.
     ///
     /// # Errors
-    /// None today: a listener that cannot be bound is a warning. The
-    /// `Result` is kept for the callers' `?`.
+    /// A usage failure when `--metrics-file` names something other than a
+    /// regular file (a device, a directory, a symbolic link) or a file in a
+    /// directory that does not exist. A listener that cannot be bound is
+    /// a warning.
     pub fn serve(&self, job: &str) -> Result<(), Failure> {
         if self.metrics_addr.is_none() && self.metrics_file.is_none() {
             return Ok(());
+        }
+        if let Some(file) = &self.metrics_file {
+            check_file(file).map_err(|why| {
+                Failure::usage(format!("refusing --metrics-file {}: {why}", file.display()))
+            })?;
         }
         let builder = || {
             let builder = PrometheusBuilder::new();
@@ -152,12 +159,49 @@ pub fn write_at_exit(code: u8) {
     }
 }
 
-/// Writes `bytes` to `path.tmp.PID`, then renames it over `path`.
+/// Why `path` cannot be `--metrics-file`: it exists and is not a regular
+/// file (`/dev/null`, a directory, a symbolic link: the rename would
+/// replace it), or its directory does not exist.
+fn check_file(path: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_file() => Ok(()),
+        Ok(_) => Err("it exists and is not a regular file (a device, a directory or a symbolic link), which the file written would replace".into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            if dir.is_dir() {
+                Ok(())
+            } else {
+                Err(format!("its directory {} does not exist", dir.display()))
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Writes `bytes` to a new `path.tmp.PID` (created, never opened if it
+/// exists: a link planted there is not followed; mode 0644), then renames
+/// it over `path` after checking again that `path` is a regular file or
+/// missing.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    check_file(path).map_err(std::io::Error::other)?;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(format!(".tmp.{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -365,3 +365,73 @@ fn status_selects_by_glob_and_prefix_and_sorts_naturally() {
     );
     assert_exit(&w.output(&["status", "shard-3"]), 4);
 }
+
+/// What the break test found: nothing is written over a device or through
+/// a link by --metrics-file; a relative SQLite path in a configuration
+/// file is refused (each command would resolve it in its own directory);
+/// --once refuses at once what it could not record; a configuration file
+/// that is not a regular file, or too large, is refused.
+#[test]
+fn metrics_file_config_and_once_refuse_what_they_cannot_do_safely() {
+    let w = World::new();
+    let target = w.path("victim");
+    std::fs::write(&target, "keep").expect("write");
+    let link = w.path("link.prom");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    for bad in [
+        link.to_str().expect("utf-8"),
+        "/dev/null",
+        w.path("no/such/dir.prom").to_str().expect("utf-8"),
+    ] {
+        let out = w.sh(&["run", "--metrics-file", bad, "job"], "touch \"$D/ran\"");
+        assert_exit(&out, 64);
+        assert!(stderr(&out).contains("--metrics-file"), "{}", stderr(&out));
+    }
+    assert!(
+        !w.path("ran").exists(),
+        "the job ran with a refused --metrics-file"
+    );
+    assert_eq!(std::fs::read_to_string(&target).expect("read"), "keep");
+    let null = std::fs::symlink_metadata("/dev/null").expect("/dev/null");
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(
+        &null.file_type()
+    ));
+
+    let home = tempfile::tempdir().expect("home");
+    let config = home.path().join("c.toml");
+    std::fs::write(&config, "store = \"sqlite:rel/leases.db\"\n").expect("write");
+    let out = cron(
+        home.path(),
+        &["run", "j", "--", "true"],
+        &[("WORKLEASE_CONFIG", config.to_str().expect("utf-8"))],
+    );
+    assert_exit(&out, 78);
+    assert!(stderr(&out).contains("relative"), "{}", stderr(&out));
+    std::fs::write(&config, format!("store = {:?}\n", "x".repeat(70_000))).expect("write");
+    let out = cron(
+        home.path(),
+        &["status"],
+        &[("WORKLEASE_CONFIG", config.to_str().expect("utf-8"))],
+    );
+    assert_exit(&out, 78);
+    let out = cron(
+        home.path(),
+        &["status"],
+        &[("WORKLEASE_CONFIG", "/dev/zero")],
+    );
+    assert_exit(&out, 78);
+
+    let long_holder = "h".repeat(250);
+    let out = w.sh(
+        &["run", "--once", "--holder", &long_holder, "job"],
+        "touch \"$D/ran\"",
+    );
+    assert_exit(&out, 64);
+    let long_id = "x".repeat(1020);
+    let out = w.sh(&["run", "--once", &long_id], "touch \"$D/ran\"");
+    assert_exit(&out, 64);
+    assert!(
+        !w.path("ran").exists(),
+        "--once ran a job it could not record"
+    );
+}

@@ -35,7 +35,7 @@ pub enum InvalidInput {
     /// one as a lease of one's own would collide with them.
     #[error(
         "work ID {work_id:?} is reserved for {purpose} {owner:?}: worklease keeps the work IDs \
-         ending in /fair-queue, /fair-waiter/<number>, /permit/line or /step-down for itself; \
+         ending in /fair-queue, /fair-waiter/<number>, /permit/line, /step-down or /finished for itself; \
          choose another for a lease, election, semaphore or pool"
     )]
     ReservedWorkId {

@@ -106,6 +106,33 @@ pub fn record_id(work_id: &WorkId) -> Result<WorkId> {
     Ok(WorkId::new(id)?)
 }
 
+/// The most bytes a record adds to its finisher's holder ID: two fencing
+/// tokens, a time in milliseconds and three `/`.
+const RECORD_OVERHEAD: usize = 3 * 20 + 3;
+
+/// Checks, before anything runs, that a finish of `work_id`'s job by
+/// `holder_id` can be recorded: so that `run --once` refuses at once what
+/// it could not record after the job ran.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the limit: `work_id` is worklease's own or
+/// over [`MAX_WORK_ID_BYTES`] − 9 bytes ([`record_id`]), or `holder_id`
+/// is over [`crate::limits::MAX_HOLDER_ID_BYTES`] − 63 bytes.
+pub fn check(work_id: &WorkId, holder_id: &str) -> Result<()> {
+    record_id(work_id)?;
+    let max = crate::limits::MAX_HOLDER_ID_BYTES - RECORD_OVERHEAD;
+    if holder_id.len() > max {
+        return Err(InvalidInput::Config(format!(
+            "holder ID is {} bytes: run once allows at most {max} bytes (its record carries the \
+             holder ID with two fencing tokens and a time, at most {} bytes)",
+            holder_id.len(),
+            crate::limits::MAX_HOLDER_ID_BYTES
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// Reads `work_id`'s run-once record: one store round trip
 /// ([`LeaseStore::inspect`]); `None` when there is none.
 ///

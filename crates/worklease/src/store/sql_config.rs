@@ -43,7 +43,8 @@ pub(crate) struct SqlUrl<'a, T> {
 ///
 /// # Errors
 /// [`crate::error::InvalidInput::StoreUrl`]: `expected` for another
-/// scheme, or a name or value that is not UTF-8 once percent-decoded, a
+/// scheme, an `@` that is not the one ending the user info (a password
+/// with a raw `@`, `?`, `/` or `#`), or a name or value that is not UTF-8 once percent-decoded, a
 /// setting given twice, or the refusal of `table`.
 pub(crate) fn split_url<'a, T: Default>(
     url: &'a str,
@@ -57,6 +58,18 @@ pub(crate) fn split_url<'a, T: Default>(
     };
     if !schemes.contains(&scheme.to_ascii_lowercase().as_str()) {
         return Err(url_error(url, expected));
+    }
+    // A raw '@', '?', '/' or '#' in a password splits the URL where the
+    // driver would not look for it: the driver's own messages (a host, a
+    // parameter name) would then show a piece of the password. Refused,
+    // naming only the redacted URL.
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[..authority_end].matches('@').count() > 1 || rest[authority_end..].contains('@') {
+        return Err(url_error(
+            url,
+            "an '@' after the user info or in the query: percent-encode '@', '?', '/' and '#' \
+             in a password (%40, %3F, %2F, %23)",
+        ));
     }
     let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
     let pairs = query
@@ -307,6 +320,22 @@ pub(crate) fn assert_refused<T>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_raw_delimiter_in_a_password_is_refused_without_showing_it() {
+        for url in [
+            "postgres://u:SEC@RETPW@127.0.0.1:1/db",
+            "postgres://u:SEC?RETPW@127.0.0.1:1/db",
+            "postgres://u:SEC/RETPW@127.0.0.1:1/db",
+        ] {
+            let e = split_url(url, &["postgres"], "x", str::to_owned, |_| Ok(()))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("percent-encode"), "{url}: {e}");
+            assert!(!e.contains("RETPW") && !e.contains("SEC"), "{url}: {e}");
+        }
+    }
+
     use super::*;
 
     #[test]
