@@ -90,10 +90,14 @@ pub fn work_id_lines(text: &str) -> impl Iterator<Item = &str> {
 /// under 0.1s, `4.2s` under a minute, else whole seconds in units (`2m 5s`,
 /// `1h 3m`).
 pub fn fmt_secs(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".to_string();
+    }
     if d < Duration::from_millis(100) {
-        return match d.as_millis() {
-            0 => format!("{}µs", d.as_micros()),
-            ms => format!("{ms}ms"),
+        return match (d.as_millis(), d.as_micros()) {
+            (0, 0) => format!("{}ns", d.as_nanos()),
+            (0, us) => format!("{us}µs"),
+            (ms, _) => format!("{ms}ms"),
         };
     }
     let tenths = (d.as_millis() + 50) / 100;
@@ -112,6 +116,8 @@ mod tests {
     #[test]
     fn durations_read_as_people_write_them() {
         let ms = Duration::from_millis;
+        assert_eq!(fmt_secs(Duration::ZERO), "0s");
+        assert_eq!(fmt_secs(Duration::from_nanos(1)), "1ns");
         assert_eq!(fmt_secs(Duration::from_micros(750)), "750µs");
         assert_eq!(fmt_secs(ms(50)), "50ms");
         assert_eq!(fmt_secs(ms(4200)), "4.2s");
