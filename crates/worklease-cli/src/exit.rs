@@ -7,8 +7,9 @@
 
 use worklease::Error;
 
-/// `release --force` named a work ID the store does not know.
-pub const NOT_FOUND: u8 = 1;
+/// `release --force` or `checkpoint get --work-id` named a work ID the
+/// store does not know.
+pub const NOT_FOUND: u8 = 4;
 /// EX_USAGE: bad arguments, invalid input (an empty work ID, a zero TTL, a
 /// malformed token) or a malformed or unsupported store URL.
 pub const USAGE: u8 = 64;
@@ -39,7 +40,7 @@ pub const HELP: &str = "\
 Exit status:
   0        success (run: the child succeeded; pool: every work ID is done)
   1-125    run: the child's own exit status
-  1        release --force: the store does not know the work ID
+  4        release --force, checkpoint get --work-id: the store does not know the work ID
   64       usage error: bad arguments, empty work ID, zero TTL or one too
            short to renew, --grace over TTL/2, malformed token, malformed
            store URL (also a SQLite path starting with an unexpanded `~`)

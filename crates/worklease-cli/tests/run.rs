@@ -134,7 +134,7 @@ fn release_force_stops_the_child_and_run_exits_76() {
     assert!(err.contains("SIGTERM"), "{err}");
 
     let unknown = w.output(&["release", "--force", "no-such-job"]);
-    assert_exit(&unknown, 1);
+    assert_exit(&unknown, 4);
 }
 
 #[test]
