@@ -170,7 +170,7 @@
 //! let store = S3Config::from_url("s3://my-bucket/leases?region=eu-west-1")?.open()?;
 //! // Operator: delete the tombstones of leases released over 30 days ago.
 //! let report = collect(&store, &GcOptions::older_than(Duration::from_secs(30 * 24 * 3600))).await?;
-//! println!("deleted {} ended leases", report.deleted.len());
+//! println!("deleted {} ended leases", report.collected.len());
 //! # Ok(())
 //! # }
 //! ```
