@@ -9,14 +9,21 @@
 //! checkpoint), `checkpoint_text` (the data when it is UTF-8, else `null`),
 //! `clean_handoff` and `previous_holder` (`{holder_id, fencing_token,
 //! ended}` or `null`).
+//!
+//! `get --work-id ID` is an operator's read of any work ID, without a
+//! token ([`worklease::LeaseStore::inspect_checkpoint`]): it writes
+//! nothing, and its `--json` adds `holder_id` and `state` (`live`, `held`
+//! (on a store judging expiry by observation: not known to have ended),
+//! `released`, `expired` or `revoked`).
 
 use std::io::{IsTerminal, Read};
 use std::os::unix::ffi::OsStringExt;
 
 use base64::Engine;
 use serde::Serialize;
-use worklease::limits::MAX_CHECKPOINT_BYTES;
-use worklease::{Checkpoint, Config, Error, Leases, Token};
+use worklease::limits::{WorkId, MAX_CHECKPOINT_BYTES};
+use worklease::store::{url, ExpiryClock};
+use worklease::{Checkpoint, Config, Error, Leases, StoredCheckpoint, Token};
 
 use crate::exit::{self, Failure};
 use crate::say::say;
@@ -104,6 +111,9 @@ struct CheckpointJson<'a> {
 
 /// Runs `worklease checkpoint get`.
 pub async fn get(args: CheckpointGetArgs) -> Result<u8, Failure> {
+    if let Some(work_id) = &args.work_id {
+        return get_by_work_id(work_id, &args.store, args.json).await;
+    }
     let (leases, token) = leases_for(&args.token, &args.store)?;
     let checkpoint = leases
         .read_checkpoint(&token)
@@ -161,4 +171,78 @@ fn summary(token: &Token, checkpoint: &Checkpoint) -> String {
         token.work_id().as_str(),
         token.fencing_token()
     )
+}
+
+#[derive(Serialize)]
+struct StoredJson<'a> {
+    work_id: &'a str,
+    holder_id: &'a str,
+    fencing_token: u64,
+    state: &'static str,
+    checkpoint_bytes: usize,
+    checkpoint_base64: Option<String>,
+    checkpoint_text: Option<&'a str>,
+    clean_handoff: bool,
+    previous_holder: Option<PreviousJson<'a>>,
+}
+
+/// The state of a lease as `get --work-id` names it.
+fn state(stored: &StoredCheckpoint, clock: ExpiryClock) -> &'static str {
+    match stored.lease.ended {
+        Some(end) => end.as_str(),
+        None if clock == ExpiryClock::Observation => "held",
+        None => "live",
+    }
+}
+
+/// `worklease checkpoint get --work-id ID`: any work ID's checkpoint,
+/// read-only; exit 4 for a work ID the store does not know.
+async fn get_by_work_id(work_id: &WorkId, store: &StoreArg, json: bool) -> Result<u8, Failure> {
+    let (store_url, store) = store.open_existing()?;
+    let Some(stored) = store.inspect_checkpoint(work_id).await? else {
+        return Err(Failure::new(
+            exit::NOT_FOUND,
+            format!(
+                "no lease on {:?} in {}: the store does not know the work ID",
+                work_id.as_str(),
+                url::redact(&store_url)
+            ),
+        ));
+    };
+    let state = state(&stored, store.expiry_clock());
+    let data = stored.data.as_deref();
+    if json {
+        let object = StoredJson {
+            work_id: work_id.as_str(),
+            holder_id: &stored.lease.holder_id,
+            fencing_token: stored.lease.fencing_token,
+            state,
+            checkpoint_bytes: data.map_or(0, <[u8]>::len),
+            checkpoint_base64: data.map(|d| base64::engine::general_purpose::STANDARD.encode(d)),
+            checkpoint_text: data.and_then(|d| std::str::from_utf8(d).ok()),
+            clean_handoff: stored.lease.handoff.is_clean(),
+            previous_holder: stored
+                .lease
+                .handoff
+                .previous
+                .as_ref()
+                .map(PreviousJson::from),
+        };
+        let mut line = serde_json::to_string(&object)
+            .map_err(|e| Failure::new(exit::SOFTWARE, format!("cannot encode JSON: {e}")))?;
+        line.push('\n');
+        write_stdout(line.as_bytes())?;
+    } else {
+        if let Some(data) = data {
+            write_stdout(data)?;
+        }
+        eprintln!(
+            "worklease: checkpoint of {:?}: {}; holder {:?}, fencing token {}, {state}",
+            work_id.as_str(),
+            data.map_or_else(|| "none".to_string(), |d| format!("{} bytes", d.len())),
+            stored.lease.holder_id,
+            stored.lease.fencing_token,
+        );
+    }
+    Ok(0)
 }

@@ -303,10 +303,20 @@ checkpoint_text (the data as a string when it is UTF-8, else null),
 clean_handoff, and previous_holder ({holder_id, fencing_token, ended} with
 ended one of released/expired/revoked; null on the first acquisition).
 
-Exit status: 0; 76 stale token; 64 usage error; 69 store failure.
+--work-id ID: an operator's read of any work ID's last checkpoint, without a
+token and whatever its lease's state (live, released, expired, revoked);
+writes nothing. The raw bytes go to stdout and a line to stderr; with
+--json, one object: work_id, holder_id, fencing_token, state (live, held on
+a store judging expiry by observation, released, expired or revoked),
+checkpoint_bytes, checkpoint_base64, checkpoint_text, clean_handoff and
+previous_holder. A work ID the store does not know exits 4.
+
+Exit status: 0; 4 unknown work ID (--work-id); 76 stale token; 64 usage
+error; 69 store failure.
 
 Examples:
   worklease checkpoint get > state.bin
+  worklease checkpoint get --work-id nightly-report --json
   page=$(worklease checkpoint get 2>/dev/null)
   worklease checkpoint get --json | jq -r .checkpoint_text
 ";

@@ -93,6 +93,7 @@ mod config;
 mod demo;
 mod elect;
 mod exit;
+mod gc;
 mod generate;
 mod health;
 mod help;
@@ -163,6 +164,10 @@ enum Command {
     /// Take a lease away from whoever holds it (needs --force).
     #[command(after_help = RELEASE_HELP)]
     Release(ReleaseArgs),
+    /// Delete the records of leases that ended long ago (never a live
+    /// lease; fencing tokens never go down).
+    #[command(after_help = gc::HELP)]
+    Gc(gc::GcArgs),
     /// Demo: workers process a directory in shards; one gets SIGKILL,
     /// another resumes its shard from the checkpoint.
     #[command(after_help = demo::HELP)]
@@ -410,6 +415,11 @@ pub struct CheckpointGetArgs {
     #[command(flatten)]
     token: TokenArg,
 
+    /// Read any work ID's last checkpoint, read-only, without a token
+    /// (an operator's read: holder, fencing token and state with --json).
+    #[arg(long, value_name = "ID", value_parser = parse_work_id)]
+    work_id: Option<WorkId>,
+
     #[command(flatten)]
     store: StoreArg,
 
@@ -526,6 +536,7 @@ async fn dispatch(command: Command) -> Result<u8, Failure> {
         Command::Checkpoint(CheckpointCommand::Set(args)) => checkpoint::set(args).await,
         Command::Checkpoint(CheckpointCommand::Get(args)) => checkpoint::get(args).await,
         Command::Release(args) => release::release(args).await,
+        Command::Gc(args) => gc::gc(args).await,
         Command::Elect(args) => elect::elect(args).await,
         Command::Pool(args) => pool::pool(args).await,
         Command::Demo(args) => demo::demo(args).await,

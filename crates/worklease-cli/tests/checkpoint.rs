@@ -119,3 +119,52 @@ fn a_checkpoint_from_a_stale_token_exits_76_and_writes_nothing() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["checkpoint_bytes"], "second".len());
 }
+
+/// `checkpoint get --work-id`: an operator's read of any work ID, without
+/// a token: unknown (exit 4), released, and live (left as it was).
+#[test]
+fn an_operator_reads_any_work_ids_checkpoint_with_get_work_id() {
+    let w = World::new();
+    let out = w.sh(
+        &["run", "--holder", "importer", "import"],
+        "echo \"$WORKLEASE_FENCING_TOKEN\" > \"$D/importer.token\" && \"$WL\" checkpoint set 'page 7'",
+    );
+    assert_exit(&out, 0);
+    let unknown = w.output(&["checkpoint", "get", "--work-id", "never-run"]);
+    assert_exit(&unknown, 4);
+    assert!(
+        stderr(&unknown).contains("does not know the work ID"),
+        "{}",
+        stderr(&unknown)
+    );
+
+    let token = w.read_token("importer.token");
+    let out = w.output(&["checkpoint", "get", "--work-id", "import"]);
+    assert_exit(&out, 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "page 7");
+    assert!(stderr(&out).contains("released"), "{}", stderr(&out));
+    let out = w.output(&["checkpoint", "get", "--work-id", "import", "--json"]);
+    assert_exit(&out, 0);
+    let json: serde_json::Value =
+        serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).expect("JSON");
+    assert_eq!(json["work_id"], "import");
+    assert_eq!(json["holder_id"], "importer");
+    assert_eq!(json["fencing_token"], token);
+    assert_eq!(json["state"], "released");
+    assert_eq!(json["checkpoint_text"], "page 7");
+
+    // A live lease reads too, and is left as it was.
+    let live = w.hold(&["run", "--ttl", "5s", "--holder", "h2", "import"], "h2");
+    let out = w.output(&["checkpoint", "get", "--work-id", "import", "--json"]);
+    assert_exit(&out, 0);
+    let json: serde_json::Value =
+        serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).expect("JSON");
+    assert_eq!(json["state"], "live");
+    assert_eq!(json["holder_id"], "h2");
+    assert_eq!(
+        json["checkpoint_text"], "page 7",
+        "S4: kept across the hand-off"
+    );
+    w.touch("h2.stop");
+    live.exits(0);
+}

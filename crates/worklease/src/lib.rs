@@ -88,7 +88,7 @@ pub use primitives::{election, semaphore};
 mod recipes;
 #[cfg(feature = "serde")]
 pub use recipes::typed;
-pub use recipes::{leader, once, pool, runner};
+pub use recipes::{gc, leader, once, pool, runner};
 
 #[cfg(any(feature = "testkit", feature = "fuzzing"))]
 mod testkit;
@@ -117,5 +117,7 @@ pub use limits::{HolderId, WorkId};
 pub use observe::{LeaseObserver, NoopObserver, TracingObserver};
 #[doc(no_inline)]
 pub use semaphore::Semaphore;
-pub use store::{Checkpoint, Handoff, LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder};
+pub use store::{
+    Checkpoint, Handoff, LeaseEnd, LeaseInfo, LeaseStore, PreviousHolder, StoredCheckpoint,
+};
 pub use token::Token;

@@ -73,7 +73,11 @@ impl Fixture {
 }
 
 worklease::conformance_tests!(azurite, paused = false, async {
-    Suite::new(Fixture::new().store())
+    let mut suite = Suite::new(Fixture::new().store());
+    // object_store has no conditional delete for Azure: gc refuses
+    // (checked).
+    suite.deletes = false;
+    suite
 });
 
 fn leases(store: Arc<dyn LeaseStore>, holder: &str, ttl: Duration) -> Leases {

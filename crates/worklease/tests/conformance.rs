@@ -58,6 +58,12 @@ impl Register for SlowReads {
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
         self.0.list().await
     }
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        self.0.fencing_floor(key).await
+    }
+    async fn raise_fencing_floor(&self, key: &WorkId, token: u64) -> Result<bool, RegisterError> {
+        self.0.raise_fencing_floor(key, token).await
+    }
 }
 
 worklease::conformance_tests!(register_slow_reads, paused = true, async {

@@ -220,6 +220,9 @@ impl Register for SplitRegister {
     async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
         self.direct.fencing_floor(key).await
     }
+    async fn raise_fencing_floor(&self, key: &WorkId, token: u64) -> Result<bool, RegisterError> {
+        self.direct.raise_fencing_floor(key, token).await
+    }
     async fn delete(&self, key: &WorkId, handle: &Handle) -> Result<(), RegisterError> {
         self.direct.delete(key, handle).await
     }

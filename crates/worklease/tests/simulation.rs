@@ -550,6 +550,17 @@ mod mutants {
         async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
             self.inner.revoke(work_id).await
         }
+
+        async fn inspect_checkpoint(
+            &self,
+            work_id: &WorkId,
+        ) -> Result<Option<worklease::StoredCheckpoint>> {
+            self.inner.inspect_checkpoint(work_id).await
+        }
+
+        async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+            self.inner.delete_ended(work_id, fencing_token).await
+        }
     }
 
     /// Runs seeds until the mutant is caught by the check `code`; checks

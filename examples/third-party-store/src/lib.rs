@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::time::Instant;
 use worklease::store::register::{Handle, Register, RegisterError};
-use worklease::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, PreviousHolder};
+use worklease::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, PreviousHolder, StoredCheckpoint};
 use worklease::{Error, HolderId, LeaseEnd, LeaseStore, Result, StoreError, WorkId};
 
 const KIND: &str = "example-table";
@@ -208,6 +208,28 @@ impl LeaseStore for TableStore {
         }
         Ok(Some(before))
     }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let table = self.lock()?;
+        Ok(table.rows.get(work_id).map(|row| StoredCheckpoint {
+            lease: info(work_id, row, Instant::now()),
+            data: row.checkpoint.clone(),
+        }))
+    }
+
+    /// One step under the lock; `last_token` (the floor of every work ID)
+    /// stays, so tokens never go down.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let mut table = self.lock()?;
+        let ended = table
+            .rows
+            .get(work_id)
+            .is_some_and(|row| row.fencing_token == fencing_token && !row.live(Instant::now()));
+        if ended {
+            table.rows.remove(work_id);
+        }
+        Ok(ended)
+    }
 }
 
 fn info(work_id: &WorkId, row: &Row, now: Instant) -> LeaseInfo {
@@ -231,11 +253,22 @@ fn info(work_id: &WorkId, row: &Row, now: Instant) -> LeaseInfo {
     }
 }
 
+/// The register's state: the values, the last version handed out (one
+/// counter for all keys, so a handle never repeats, not even after a
+/// delete), and the fencing floor.
+#[derive(Default)]
+struct Values {
+    map: HashMap<WorkId, (Bytes, u64)>,
+    version: u64,
+    floor: u64,
+}
+
 /// A compare-and-swap register: per key a value and a version number that
-/// every write increases. See the crate docs.
+/// every write increases, and one fencing floor that garbage collection
+/// raises before it deletes a value. See the crate docs.
 #[derive(Default)]
 pub struct VersionedRegister {
-    values: Mutex<HashMap<WorkId, (Bytes, u64)>>,
+    values: Mutex<Values>,
 }
 
 impl VersionedRegister {
@@ -244,7 +277,7 @@ impl VersionedRegister {
         Self::default()
     }
 
-    fn lock(&self) -> std::result::Result<MutexGuard<'_, HashMap<WorkId, (Bytes, u64)>>, RegisterError> {
+    fn lock(&self) -> std::result::Result<MutexGuard<'_, Values>, RegisterError> {
         self.values
             .lock()
             .map_err(|_| StoreError::new("example-register", "register lock poisoned").into())
@@ -262,7 +295,7 @@ impl Register for VersionedRegister {
     }
 
     async fn read(&self, key: &WorkId) -> std::result::Result<Option<(Bytes, Handle)>, RegisterError> {
-        Ok(self.lock()?.get(key).map(|(v, n)| (v.clone(), handle(*n))))
+        Ok(self.lock()?.map.get(key).map(|(v, n)| (v.clone(), handle(*n))))
     }
 
     async fn write(
@@ -272,20 +305,21 @@ impl Register for VersionedRegister {
         value: Bytes,
     ) -> std::result::Result<Handle, RegisterError> {
         let mut values = self.lock()?;
-        let current = values.get(key).map(|(_, n)| handle(*n));
+        let current = values.map.get(key).map(|(_, n)| handle(*n));
         if current.as_ref() != previous {
             return Err(RegisterError::Conflict);
         }
-        let next = values.get(key).map_or(1, |(_, n)| n + 1);
-        values.insert(key.clone(), (value, next));
+        values.version += 1;
+        let next = values.version;
+        values.map.insert(key.clone(), (value, next));
         Ok(handle(next))
     }
 
     async fn delete(&self, key: &WorkId, expected: &Handle) -> std::result::Result<(), RegisterError> {
         let mut values = self.lock()?;
-        match values.get(key) {
+        match values.map.get(key) {
             Some((_, n)) if handle(*n) == *expected => {
-                values.remove(key);
+                values.map.remove(key);
                 Ok(())
             }
             _ => Err(RegisterError::Conflict),
@@ -293,6 +327,22 @@ impl Register for VersionedRegister {
     }
 
     async fn list(&self) -> std::result::Result<Vec<WorkId>, RegisterError> {
-        Ok(self.lock()?.keys().cloned().collect())
+        Ok(self.lock()?.map.keys().cloned().collect())
+    }
+
+    /// One floor for every key: a value deleted by garbage collection
+    /// leaves its token here, and the next acquisition starts above it.
+    async fn fencing_floor(&self, _key: &WorkId) -> std::result::Result<u64, RegisterError> {
+        Ok(self.lock()?.floor)
+    }
+
+    async fn raise_fencing_floor(
+        &self,
+        _key: &WorkId,
+        fencing_token: u64,
+    ) -> std::result::Result<bool, RegisterError> {
+        let mut values = self.lock()?;
+        values.floor = values.floor.max(fencing_token);
+        Ok(true)
     }
 }

@@ -292,6 +292,17 @@ impl LeaseStore for PollOnly {
         self.0.revoke(work_id).await
     }
 
+    async fn inspect_checkpoint(
+        &self,
+        work_id: &WorkId,
+    ) -> worklease::Result<Option<worklease::StoredCheckpoint>> {
+        self.0.inspect_checkpoint(work_id).await
+    }
+
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> worklease::Result<bool> {
+        self.0.delete_ended(work_id, fencing_token).await
+    }
+
     fn expiry_clock(&self) -> ExpiryClock {
         self.0.expiry_clock()
     }

@@ -3,6 +3,7 @@
 //! runner that does one piece of work under a lease, the one-call leader,
 //! a pool that covers a fixed set of work IDs, typed checkpoints.
 
+pub mod gc;
 pub mod leader;
 pub mod once;
 pub mod pool;

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{
+    Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint,
+};
 
 /// Counts events of a store under test (acquire calls, `Held` answers) as
 /// a signal a test can wait for ([`Counter::reaches`]) instead of
@@ -340,6 +342,16 @@ impl<S: LeaseStore + ?Sized> LeaseStore for FaultStore<S> {
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
         self.gate_write().await?;
         self.reply(self.inner.revoke(work_id).await).await
+    }
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        self.gate().await?;
+        self.reply(self.inner.inspect_checkpoint(work_id).await)
+            .await
+    }
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        self.gate_write().await?;
+        self.reply(self.inner.delete_ended(work_id, fencing_token).await)
+            .await
     }
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         self.inner.watch(work_id)

@@ -23,7 +23,7 @@ use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
 use crate::store::notify::Watchers;
 use crate::store::record::{self, Phase, Record};
-use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint};
 
 const KIND: &str = "memory";
 
@@ -239,6 +239,27 @@ impl LeaseStore for MemoryStore {
         drop(st);
         self.watchers.notify(work_id);
         Ok(Some(before))
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let st = self.lock()?;
+        Ok(st.leases.get(work_id).map(|(r, exp)| StoredCheckpoint {
+            lease: info(work_id, r, *exp),
+            data: r.checkpoint.clone(),
+        }))
+    }
+
+    /// One step under the store's lock. The store-wide sequence
+    /// (`last_token`) is untouched, so tokens never go down.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let mut st = self.lock()?;
+        let ended = st.leases.get(work_id).is_some_and(|(r, exp)| {
+            r.fencing_token == fencing_token && !r.is_live(*exp > Instant::now())
+        });
+        if ended {
+            st.leases.remove(work_id);
+        }
+        Ok(ended)
     }
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {

@@ -223,6 +223,18 @@ pub struct LeaseInfo {
     pub handoff: Handoff,
 }
 
+/// A work ID's lease as [`LeaseStore::inspect`] shows it, with its
+/// checkpoint bytes: what an operator reads with
+/// [`LeaseStore::inspect_checkpoint`] (`worklease checkpoint get
+/// --work-id`), whatever state the lease is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// The lease, as `inspect` shows it.
+    pub lease: LeaseInfo,
+    /// The last acknowledged checkpoint; `None` when none was ever written.
+    pub data: Option<Bytes>,
+}
+
 /// Whose clock judges that a lease has expired (the crate docs' "Clocks"),
 /// as [`LeaseStore::expiry_clock`] tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -299,6 +311,35 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// acquisition sees [`LeaseEnd::Revoked`]. Returns the lease as it was,
     /// or `None` for an unknown work ID.
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>>;
+
+    /// An operator's read: the lease of `work_id` as
+    /// [`LeaseStore::inspect`] shows it and its checkpoint bytes, whatever
+    /// state the lease is in (live, released, expired, revoked), read in
+    /// one step so that the two agree; `None` for a work ID the store does
+    /// not know. Writes nothing, extends nothing, and needs no token.
+    ///
+    /// # Errors
+    /// `Store` when the store fails or holds a record it cannot decode.
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>>;
+
+    /// Garbage collection of one record (`worklease gc`, [`crate::gc`]):
+    /// deletes `work_id`'s lease and checkpoint if, in one atomic step (or
+    /// an order proven safe), its last acquisition is still
+    /// `fencing_token` and the lease is not live (released, revoked, or
+    /// expired by the store's own clock; a store judging expiry by
+    /// observation deletes only released and revoked leases). The store
+    /// first makes sure that a later acquisition of `work_id` gets a token
+    /// above `fencing_token` (a store-wide sequence does already; otherwise
+    /// a fencing floor kept apart from the record is raised before the
+    /// delete can take effect: `docs/adr/0023-gc-and-the-token-floor.md`),
+    /// so S2 survives the deletion. Returns whether it deleted; `false`
+    /// for an unknown work ID, a live lease, or a newer acquisition. A
+    /// live lease is never deleted, even racing an acquisition.
+    ///
+    /// # Errors
+    /// `Store` when the store fails (whether the record was deleted is
+    /// then unknown; calling again is safe).
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool>;
 
     /// A future that completes when the lease of `work_id` may have become
     /// free (released or revoked), from the store's own notifications; it

@@ -30,6 +30,11 @@ macro_rules! conformance_tests {
             $crate::conformance_tests!(@one $paused, $make, stale_writers_lose);
             $crate::conformance_tests!(@one $paused, $make, checkpoints_survive);
             $crate::conformance_tests!(@one $paused, $make, handoff_flag);
+            $crate::conformance_tests!(@one $paused, $make, gc_keeps_fencing_tokens_increasing);
+            $crate::conformance_tests!(@one $paused, $make, gc_never_deletes_a_live_lease);
+            $crate::conformance_tests!(@one $paused, $make, gc_races_acquisitions);
+            $crate::conformance_tests!(@one $paused, $make, gc_prefix_and_dry_run);
+            $crate::conformance_tests!(@one $paused, $make, inspect_checkpoint_reads_any_lease);
             $crate::conformance_tests!(@one $paused, $make, liveness);
             $crate::conformance_tests!(@one $paused, $make, waiting_can_be_cancelled);
             $crate::conformance_tests!(@one $paused, $make, dropped_acquisitions_leave_no_lease);

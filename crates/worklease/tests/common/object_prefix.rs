@@ -89,4 +89,13 @@ impl<R: Register> Register for Guarded<R> {
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
         self.inner.list().await
     }
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        self.inner.fencing_floor(key).await
+    }
+    async fn raise_fencing_floor(&self, key: &WorkId, token: u64) -> Result<bool, RegisterError> {
+        self.inner.raise_fencing_floor(key, token).await
+    }
+    fn max_checkpoint_bytes(&self) -> usize {
+        self.inner.max_checkpoint_bytes()
+    }
 }

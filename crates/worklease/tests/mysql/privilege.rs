@@ -100,7 +100,11 @@ impl Drop for Scratch {
 worklease::conformance_tests!(least_privilege_user, paused = false, async {
     let scratch = Scratch::new().await;
     scratch.create_and_grant(&ALL).await;
-    suite_keeping(Arc::new(scratch.store()), scratch)
+    let mut suite = suite_keeping(Arc::new(scratch.store()), scratch);
+    // Without DELETE (GC_PRIVILEGES) gc is refused naming it (checked);
+    // every lease operation works.
+    suite.deletes = false;
+    suite
 });
 
 /// Without `CREATE` and without the table: an error carrying the DDL,

@@ -96,7 +96,11 @@ worklease::conformance_tests!(least_privilege_role, paused = false, async {
     scratch
         .create_and_grant(TABLE_PRIVILEGES, SEQUENCE_PRIVILEGES)
         .await;
-    suite_keeping(Arc::new(scratch.store()), scratch)
+    let mut suite = suite_keeping(Arc::new(scratch.store()), scratch);
+    // Without DELETE (GC_PRIVILEGES) gc is refused naming it (checked);
+    // every lease operation works.
+    suite.deletes = false;
+    suite
 });
 
 /// Without `CREATE` and without the table: an error carrying the DDL,

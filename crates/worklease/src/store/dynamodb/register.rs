@@ -323,6 +323,19 @@ impl Register for DynamoRegister {
         self.put(key, previous, value).await
     }
 
+    /// The work ID's own floor item ([`DynamoRegister::raise_floor`]); a
+    /// floor already above `fencing_token` is kept, and counts as raised.
+    async fn raise_fencing_floor(
+        &self,
+        key: &WorkId,
+        fencing_token: u64,
+    ) -> Result<bool, RegisterError> {
+        match self.raise_floor(key, fencing_token).await {
+            Ok(()) | Err(RegisterError::Conflict) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
         let Some(item) = self.get(key, self.fence_key(key)).await? else {
             return Ok(0);

@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::record::Phase;
-use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint};
 
 use super::inspect::lease_info;
 use super::rpc::Budget;
@@ -140,6 +140,50 @@ impl LeaseStore for EtcdStore {
             ),
         )
         .into())
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let keys = self.core.keys(work_id);
+        let budget = Budget::plain(&self.core.config);
+        let snap = self.core.snapshot(&keys, true, budget).await?;
+        let left = match snap.live_of_current() {
+            Some(live) => self.core.time_left(live.lease(), budget).await,
+            None => None,
+        };
+        Ok(
+            lease_info(work_id.clone(), &snap, left).map(|lease| StoredCheckpoint {
+                lease,
+                data: snap.checkpoint.clone(),
+            }),
+        )
+    }
+
+    /// One transaction: `If acq's mod revision is fencing_token And live
+    /// is absent Then delete acq, state, ckpt`. No floor is needed: tokens
+    /// are etcd revisions, global and monotonic (compaction keeps the
+    /// revision counter), so the next acquisition's is larger. A `live`
+    /// key etcd still keeps (even one its holder gave up) keeps the lease.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let Ok(revision) = i64::try_from(fencing_token) else {
+            return Ok(false);
+        };
+        let keys = self.core.keys(work_id);
+        let budget = Budget::plain(&self.core.config);
+        let txn = Txn::new()
+            .when([
+                Compare::mod_revision(keys.acquisition.as_str(), CompareOp::Equal, revision),
+                Compare::create_revision(keys.live.as_str(), CompareOp::Equal, 0),
+            ])
+            .and_then([
+                TxnOp::delete(keys.acquisition.as_str(), None),
+                TxnOp::delete(keys.state.as_str(), None),
+                TxnOp::delete(keys.checkpoint.as_str(), None),
+            ]);
+        Ok(self
+            .core
+            .txn(txn, "delete an ended lease", budget)
+            .await?
+            .succeeded())
     }
 
     /// [`super::batch_capacity`] of `max_txn_ops` (the URL's, default

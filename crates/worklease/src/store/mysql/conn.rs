@@ -95,6 +95,34 @@ impl MysqlStore {
     }
 }
 
+impl MysqlStore {
+    /// Runs one statement that writes (a `DELETE`) and returns how many
+    /// rows it changed, with [`MysqlStore::query`]'s retries (safe for a
+    /// statement conditioned on the row it changes).
+    pub(super) async fn execute(
+        &self,
+        sql: &str,
+        params: Params,
+        context: &'static str,
+    ) -> Result<u64> {
+        let once = || async {
+            let mut reconnected = false;
+            loop {
+                let mut conn = self.client().await?;
+                match conn.exec_drop(sql, params.clone()).await {
+                    Ok(()) => return Ok(conn.affected_rows()),
+                    Err(e) if !reconnected && connection_lost(&e) => {
+                        reconnected = true;
+                        tracing::debug!(error = %e, "the server closed a pooled connection: trying once more");
+                    }
+                    Err(e) => return Err(Failure::Driver(context, e)),
+                }
+            }
+        };
+        retry_transient(once, transient, driver_err).await
+    }
+}
+
 /// Whether the server rolled back the statement of `e` as transient, so
 /// that running it again may succeed: a deadlock's victim (1213, SQLSTATE
 /// 40001), a lock wait timeout (1205, `innodb_lock_wait_timeout`), a lock

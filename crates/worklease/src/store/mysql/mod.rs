@@ -156,7 +156,7 @@ mod tls;
 pub use crate::store::sql_rows::FencedTransactionError;
 pub use batch::MAX_BATCH;
 pub use config::{MysqlOptions, MysqlUrl, TableName, DEFAULT_TABLE, MAX_TABLE_NAME_BYTES};
-pub use schema::{FENCING_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
+pub use schema::{FENCING_PRIVILEGES, GC_PRIVILEGES, PROCEDURE_PRIVILEGES, TABLE_PRIVILEGES};
 pub use sql::SCHEMA_VERSION;
 
 use config::{describe, parse_url};

@@ -12,7 +12,7 @@ use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
 use crate::store::sql_rows::{check_verdict, previous, InfoColumns};
-use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint};
 
 use super::batch::{acquisitions, encode};
 use super::conn::get;
@@ -221,6 +221,38 @@ impl LeaseStore for MysqlStore {
         rows.first().map(info_from).transpose()
     }
 
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let rows = self
+            .query(
+                &self.sql.inspect_checkpoint,
+                Params::from((work_id.as_str(),)),
+                "cannot read the checkpoint",
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let data: Option<Vec<u8>> = get(row, 10)?;
+        Ok(Some(StoredCheckpoint {
+            lease: info_from(row)?,
+            data: data.map(Bytes::from),
+        }))
+    }
+
+    /// One DELETE judged by the server's clock; the fencing sequence, which
+    /// every new row's token is drawn from, is the floor and stays.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let changed = self
+            .execute(
+                &self.sql.delete_ended,
+                Params::from((work_id.as_str(), fencing_token)),
+                "cannot delete a lease row",
+            )
+            .await
+            .map_err(gc_setup)?;
+        Ok(changed > 0)
+    }
+
     fn max_batch(&self) -> usize {
         MAX_BATCH
     }
@@ -272,5 +304,21 @@ impl LeaseStore for MysqlStore {
         }
         self.update_many(leases, 0, "release", "cannot release")
             .await
+    }
+}
+
+/// A set-up error of a gc deletion, saying which privilege gc needs
+/// beyond the lease operations'.
+fn gc_setup(e: Error) -> Error {
+    match e {
+        Error::StoreSetup(e) => Error::StoreSetup(StoreError::new(
+            KIND,
+            format!(
+                "{e} (garbage collection also needs {} on the lease table, which the lease \
+                 operations do not: grant it to the user that runs `worklease gc`)",
+                super::GC_PRIVILEGES
+            ),
+        )),
+        other => other,
     }
 }

@@ -14,9 +14,15 @@ use super::sql::{Sql, SCHEMA_VERSION};
 use super::{MysqlStore, KIND};
 
 /// The privileges the store's user needs on the lease table once it
-/// exists, for `GRANT ... ON db.table`. No `DELETE`: the store never
-/// deletes a lease row.
+/// exists, for `GRANT ... ON db.table`. No `DELETE`: the lease operations
+/// never delete a lease row; only garbage collection does
+/// ([`GC_PRIVILEGES`]).
 pub const TABLE_PRIVILEGES: &str = "SELECT, INSERT, UPDATE";
+
+/// The privilege on the lease table that garbage collection
+/// (`worklease gc`, [`crate::store::LeaseStore::delete_ended`]) needs
+/// besides [`TABLE_PRIVILEGES`]: grant it only to the user that runs gc.
+pub const GC_PRIVILEGES: &str = "DELETE";
 
 /// The privileges the store's user needs on the fencing table
 /// (`<table>_fencing`): each acquisition inserts a row for its

@@ -84,6 +84,11 @@ pub(super) struct Sql {
     pub(super) read: String,
     pub(super) inspect: String,
     pub(super) revoke: String,
+    /// The lease columns of `inspect` and the checkpoint of one work ID.
+    pub(super) inspect_checkpoint: String,
+    /// Deletes one ended row (work ID, token), judged by the server's
+    /// clock; the fencing sequence stays, the floor of new tokens.
+    pub(super) delete_ended: String,
     pub(super) lock_current: String,
     pub(super) acquire_many: String,
     pub(super) update_many: String,
@@ -330,6 +335,16 @@ impl Sql {
              ORDER BY l.work_id",
             info_cols(now)
         );
+        let inspect_checkpoint = format!(
+            "SELECT {}, l.checkpoint FROM {t} AS l WHERE l.work_id = ?",
+            info_cols(now)
+        );
+        // The row lock taken by the DELETE orders it with a concurrent
+        // acquisition's locking read: it judges the latest committed row.
+        let delete_ended = format!(
+            "DELETE FROM {t} WHERE work_id = ? AND fencing_token = ? \
+             AND (phase <> 'held' OR expires_at < {now})"
+        );
         let lock_current = format!(
             "SELECT {named_verdict} FROM (SELECT 1 AS one) AS d LEFT JOIN {t} AS l \
              ON l.work_id = ? LOCK IN SHARE MODE"
@@ -355,6 +370,8 @@ impl Sql {
             ],
             read,
             inspect,
+            inspect_checkpoint,
+            delete_ended,
             lock_current,
         }
     }

@@ -44,8 +44,13 @@
 //! * **Release writes a tombstone.** Release (and an operator's revoke)
 //!   writes the record with phase `released` (`revoked`) instead of
 //!   deleting the object, so the fencing generation is kept and never goes
-//!   backwards. Purging old tombstones is an explicit operator command:
-//!   [`purge_released`].
+//!   backwards. Deleting old tombstones is garbage collection
+//!   ([`crate::gc::collect`], `worklease gc`): it raises the prefix's
+//!   fencing floor (the object `<prefix>/worklease=fencing-floor`) to the
+//!   tombstone's token, then deletes the tombstone with `If-Match`; an
+//!   acquisition of a work ID without an object reads the floor after the
+//!   object and starts above it, so tokens never go back
+//!   (`docs/adr/0023-gc-and-the-token-floor.md`).
 //!
 //! # Error mapping
 //!
@@ -143,7 +148,7 @@
 //! eventually consistent and must never be the `endpoint`; blob leases
 //! (Azure's own lock on a blob) are not used, and a blob leased by another
 //! tool refuses every write of the store (a store error, not `Held`);
-//! [`purge_released`] is refused (no conditional delete in `object_store`
+//! garbage collection ([`crate::gc`]) is refused (no conditional delete in `object_store`
 //! for Azure, and an unconditional one could delete a lease acquired
 //! meanwhile); and Azurite is an emulator: it persists to its data
 //! directory, but its conformance is only as good as its emulation of the
@@ -159,12 +164,13 @@
 //! ```no_run
 //! # async fn demo() -> worklease::Result<()> {
 //! use std::time::Duration;
-//! use worklease::store::object::{purge_released, S3Config};
+//! use worklease::gc::{collect, GcOptions};
+//! use worklease::store::object::S3Config;
 //!
 //! let store = S3Config::from_url("s3://my-bucket/leases?region=eu-west-1")?.open()?;
 //! // Operator: delete the tombstones of leases released over 30 days ago.
-//! let purged = purge_released(&store, Duration::from_secs(30 * 24 * 3600)).await?;
-//! println!("purged {} tombstones", purged.len());
+//! let report = collect(&store, &GcOptions::older_than(Duration::from_secs(30 * 24 * 3600))).await?;
+//! println!("deleted {} ended leases", report.collected.len());
 //! # Ok(())
 //! # }
 //! ```
@@ -185,14 +191,13 @@ mod azure;
 mod config;
 mod credentials;
 mod diagnose;
+mod floor;
 mod keys;
-mod purge;
 mod register;
 
 #[cfg(feature = "azure")]
 pub use azure::AzureConfig;
 pub use config::S3Config;
-pub use purge::purge_released;
 pub use register::ObjectRegister;
 
 /// The prefix of the lease objects when none is given.

@@ -19,7 +19,7 @@ use object_store::{
 use super::diagnose::diagnose;
 use super::keys::{check_prefix, unescape};
 #[cfg(doc)]
-use super::{purge_released, S3Config, MAX_PREFIX_BYTES};
+use super::{S3Config, MAX_PREFIX_BYTES};
 use crate::error::{InvalidInput, Result, StoreError};
 use crate::limits::WorkId;
 use crate::store::register::{Handle, Register, RegisterError};
@@ -42,13 +42,14 @@ pub(super) struct SignedDelete {
 /// [`Register`] (see the module docs for the key layout, the handle, the
 /// error mapping and the reconciliation of lost replies).
 ///
-/// [`Register::delete`] (only used by [`purge_released`]) needs a
+/// [`Register::delete`] (only used by garbage collection, [`crate::gc`])
+/// needs a
 /// conditional delete, which `object_store` does not offer: the S3
 /// register ([`S3Config::register`]) sends one itself (`DELETE` with
 /// `If-Match`, through a signed URL); a register made with
 /// [`ObjectRegister::new`] refuses deletes with a store error.
 pub struct ObjectRegister {
-    store: Arc<dyn ObjectStore>,
+    pub(super) store: Arc<dyn ObjectStore>,
     pub(super) prefix: String,
     pub(super) kind: &'static str,
     pub(super) delete: Option<SignedDelete>,
@@ -77,8 +78,8 @@ impl ObjectRegister {
     /// A register over `store` (any [`ObjectStore`] with
     /// [`PutMode::Create`] and [`PutMode::Update`]: S3, GCS, Azure, the
     /// in-memory store) keeping its objects under `prefix`. Deletes (and so
-    /// [`purge_released`]) are refused: `object_store` has no conditional
-    /// delete.
+    /// garbage collection, [`crate::gc`]) are refused: `object_store` has
+    /// no conditional delete.
     ///
     /// # Errors
     /// [`InvalidInput::Config`] for a prefix that is empty, longer than
@@ -290,6 +291,20 @@ impl Register for ObjectRegister {
                 )),
             },
         }
+    }
+
+    /// One floor for the whole prefix, the object
+    /// `<prefix>/worklease=fencing-floor` (`floor.rs`).
+    async fn fencing_floor(&self, _key: &WorkId) -> std::result::Result<u64, RegisterError> {
+        Ok(self.read_floor().await?.0)
+    }
+
+    async fn raise_fencing_floor(
+        &self,
+        _key: &WorkId,
+        fencing_token: u64,
+    ) -> std::result::Result<bool, RegisterError> {
+        self.raise_floor(fencing_token).await
     }
 
     async fn list(&self) -> std::result::Result<Vec<WorkId>, RegisterError> {

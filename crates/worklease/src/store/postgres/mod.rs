@@ -175,7 +175,7 @@ pub use config::{
     PostgresOptions, PostgresUrl, TableName, DEFAULT_TABLE, MAX_QUALIFIED_NAME_BYTES,
     MAX_TABLE_NAME_BYTES,
 };
-pub use schema::{SCHEMA_VERSION, SEQUENCE_PRIVILEGES, TABLE_PRIVILEGES};
+pub use schema::{GC_PRIVILEGES, SCHEMA_VERSION, SEQUENCE_PRIVILEGES, TABLE_PRIVILEGES};
 
 use config::{describe, parse_url};
 use listener::{listen, ListenerConnect, MessageStream, Shared};

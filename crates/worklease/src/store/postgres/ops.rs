@@ -14,7 +14,9 @@ use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
 use crate::store::sql_rows::{self, check_verdict, corrupt, InfoColumns};
-use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder};
+use crate::store::{
+    Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, PreviousHolder, StoredCheckpoint,
+};
 
 use super::pool::get;
 use super::{PostgresStore, KIND, MAX_BATCH};
@@ -380,6 +382,41 @@ impl LeaseStore for PostgresStore {
         Ok(before)
     }
 
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let rows = self
+            .query(
+                &self.sql.inspect_checkpoint,
+                &[&work_id.as_str()],
+                "cannot read the checkpoint",
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let data: Option<Vec<u8>> = get(row, 10)?;
+        Ok(Some(StoredCheckpoint {
+            lease: info_from(row)?,
+            data: data.map(Bytes::from),
+        }))
+    }
+
+    /// One DELETE judged by the server's clock; the fencing sequence, which
+    /// every new row's token is drawn from, is the floor and stays.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let Ok(token) = i64::try_from(fencing_token) else {
+            return Ok(false);
+        };
+        let rows = self
+            .query(
+                &self.sql.delete_ended,
+                &[&work_id.as_str(), &token],
+                "cannot delete a lease row",
+            )
+            .await
+            .map_err(gc_setup)?;
+        Ok(!rows.is_empty())
+    }
+
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {
         let woken = self.shared.watchers.watch(work_id)?;
         if let Ok(mut w) = self.shared.watched.lock() {
@@ -395,5 +432,21 @@ impl LeaseStore for PostgresStore {
                 tokio::time::sleep(jitter).await;
             }
         }))
+    }
+}
+
+/// A set-up error of a gc deletion, saying which privilege gc needs
+/// beyond the lease operations'.
+fn gc_setup(e: Error) -> Error {
+    match e {
+        Error::StoreSetup(e) => Error::StoreSetup(StoreError::new(
+            KIND,
+            format!(
+                "{e} (garbage collection also needs {} on the lease table, which the lease \
+                 operations do not: grant it to the user that runs `worklease gc`)",
+                super::GC_PRIVILEGES
+            ),
+        )),
+        other => other,
     }
 }

@@ -18,9 +18,14 @@ use super::{PostgresStore, KIND};
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The privileges the store's role needs on the lease table, once it
-/// exists: for `GRANT ... ON TABLE`. No `DELETE`: the store never
-/// deletes a row.
+/// exists: for `GRANT ... ON TABLE`. No `DELETE`: the lease operations
+/// never delete a row; only garbage collection does ([`GC_PRIVILEGES`]).
 pub const TABLE_PRIVILEGES: &str = "SELECT, INSERT, UPDATE";
+
+/// The privilege on the lease table that garbage collection
+/// (`worklease gc`, [`crate::store::LeaseStore::delete_ended`]) needs
+/// besides [`TABLE_PRIVILEGES`]: grant it only to the role that runs gc.
+pub const GC_PRIVILEGES: &str = "DELETE";
 
 /// The privilege the store's role needs on the fencing sequence
 /// (`nextval`), for `GRANT ... ON SEQUENCE`.

@@ -11,6 +11,8 @@ pub(super) struct Sql {
     pub(super) read: String,
     pub(super) inspect: String,
     pub(super) revoke: String,
+    pub(super) inspect_checkpoint: String,
+    pub(super) delete_ended: String,
     pub(super) lock_current: String,
     pub(super) acquire_many: String,
     pub(super) renew_many: String,
@@ -264,6 +266,17 @@ impl Sql {
              n AS (SELECT pg_notify($2::text, $1::text) FROM up) \
              SELECT before.*, (SELECT count(*) FROM n) AS notified FROM before"
         );
+        // The lease columns of `inspect`, then the checkpoint bytes.
+        let inspect_checkpoint = format!(
+            "{NOW} SELECT {info_cols}, l.checkpoint FROM {t} AS l, now WHERE l.work_id = $1::text"
+        );
+        // Not live by the acquisition's own rule (`acquire`'s WHERE), and
+        // still the acquisition judged. A concurrent acquisition's UPDATE
+        // makes this DELETE wait and judge the new row version, whose token
+        // differs; the sequence, untouched, stays the floor of new tokens.
+        let delete_ended = format!(
+            "{NOW} DELETE FROM {t} AS l USING now              WHERE l.work_id = $1::text AND l.fencing_token = $2::bigint                AND (l.phase <> 'held' OR l.expires_at < now.t)              RETURNING l.fencing_token"
+        );
         let lock_verdict = verdict_sql("cur", "$2::text", "$3::bigint");
         let lock_current = format!(
             "{NOW}, \
@@ -285,6 +298,8 @@ impl Sql {
             read,
             inspect,
             revoke,
+            inspect_checkpoint,
+            delete_ended,
             lock_current,
             acquire_many: acquire_many_sql(&t, &seq),
             renew_many: update_sql(&t, Keys::Many, &extend, false),

@@ -15,7 +15,7 @@ use redis::Value;
 
 use crate::error::Result;
 use crate::limits::{ceil_millis, HolderId, WorkId};
-use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint};
 
 use super::acquire::Replies;
 use super::batch::{missing, slot_of};
@@ -330,6 +330,41 @@ impl LeaseStore for RedisStore {
         match text(reply.first(), "status")?.as_str() {
             "none" => Ok(None),
             "ok" => Ok(Some(lease_info(work_id.clone(), reply.get(1))?)),
+            other => Err(bad_reply(&format!("status {other:?}"))),
+        }
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let keys = self.lease_keys(work_id);
+        let mut inv = SCRIPTS.inspect_checkpoint.prepare_invoke();
+        inv.key(&keys.state).key(&keys.live).key(&keys.checkpoint);
+        let reply = self.run(&inv, "inspect_checkpoint").await?;
+        match text(reply.first(), "status")?.as_str() {
+            "none" => Ok(None),
+            "ok" => Ok(Some(StoredCheckpoint {
+                lease: lease_info(work_id.clone(), reply.get(1))?,
+                data: opt_bytes(reply.get(2), "checkpoint")?.map(Bytes::copy_from_slice),
+            })),
+            other => Err(bad_reply(&format!("status {other:?}"))),
+        }
+    }
+
+    /// One script: deletes the state and checkpoint keys of an ended lease
+    /// whose token is `fencing_token`; the work ID's fencing counter stays
+    /// as its floor (a Redis Cluster script cannot reach a store-wide key
+    /// in another slot).
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let keys = self.lease_keys(work_id);
+        let mut inv = SCRIPTS.delete_ended.prepare_invoke();
+        inv.key(&keys.state)
+            .key(&keys.live)
+            .key(&keys.checkpoint)
+            .key(&keys.fence)
+            .arg(fencing_token.to_string());
+        let reply = self.run_write(&inv, "delete_ended").await?;
+        match text(reply.first(), "status")?.as_str() {
+            "deleted" => Ok(true),
+            "kept" => Ok(false),
             other => Err(bad_reply(&format!("status {other:?}"))),
         }
     }

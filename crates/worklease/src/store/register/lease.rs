@@ -11,7 +11,9 @@ use super::{Register, RegisterError, RegisterStore, MAX_ATTEMPTS};
 use crate::error::{Error, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::record::{self, Phase, Record};
-use crate::store::{batch, Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore};
+use crate::store::{
+    batch, Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint,
+};
 
 impl<R: Register> RegisterStore<R> {
     /// Renew, checkpoint, release: check that `lease` is current and live,
@@ -46,6 +48,15 @@ impl<R: Register> RegisterStore<R> {
             Err(RegisterError::Conflict) => {
                 Err(self.error(work_id, "register reported a conflict on a read"))
             }
+        }
+    }
+
+    /// Maps a register error of a call that cannot conflict.
+    fn plain(&self, work_id: &WorkId, e: RegisterError, what: &str) -> Error {
+        match e {
+            RegisterError::Store(e) => e.into(),
+            RegisterError::Invalid(e) => e.into(),
+            RegisterError::Conflict => self.error(work_id, what),
         }
     }
 
@@ -224,6 +235,55 @@ impl<R: Register> LeaseStore for RegisterStore<R> {
             }
         }
         Ok(out)
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        Ok(self.load(work_id).await?.map(|c| StoredCheckpoint {
+            lease: info(work_id, &c),
+            data: c.stored.record.checkpoint.clone(),
+        }))
+    }
+
+    /// Read the value; if it is `fencing_token`'s and released or revoked
+    /// (one look cannot prove that a held lease expired: the observation
+    /// rule needs a full TTL of watching, so held values are kept), raise
+    /// the floor to `fencing_token`, then delete on the handle read. An
+    /// acquisition racing it either changed the handle (the delete loses:
+    /// nothing deleted) or reads the value after the delete, hence the
+    /// floor after its raise: its token is above `fencing_token`.
+    ///
+    /// # Errors
+    /// A store error when the register keeps no fencing floor
+    /// ([`Register::raise_fencing_floor`] answers `false`): deleting would
+    /// restart the work ID's tokens.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let Some(current) = self.load(work_id).await? else {
+            return Ok(false);
+        };
+        let r = &current.stored.record;
+        if r.fencing_token != fencing_token || !matches!(r.phase, Phase::Released | Phase::Revoked)
+        {
+            return Ok(false);
+        }
+        let kept = self
+            .register
+            .raise_fencing_floor(work_id, fencing_token)
+            .await
+            .map_err(|e| {
+                self.plain(work_id, e, "register reported a conflict raising its floor")
+            })?;
+        if !kept {
+            return Err(self.error(
+                work_id,
+                "the register keeps no fencing floor: deleting the record would restart \
+                 its fencing tokens (S2), so it is kept",
+            ));
+        }
+        match self.register.delete(work_id, &current.handle).await {
+            Ok(()) => Ok(true),
+            Err(RegisterError::Conflict) => Ok(false),
+            Err(e) => Err(self.plain(work_id, e, "unreachable")),
+        }
     }
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {

@@ -16,12 +16,15 @@ const MEMORY_KIND: &str = "memory-register";
 struct MemoryValues {
     values: HashMap<WorkId, (Bytes, u64)>,
     version: u64,
+    /// The fencing floor, one for the whole register.
+    floor: u64,
 }
 
 /// A [`Register`] in this process's memory: the reference register, for
 /// tests. Handles are a version counter shared by all keys (as text), so a
 /// handle is never reused, not even after a delete. Tests can look at what
-/// an adapter stored through the [`Register`] methods themselves.
+/// an adapter stored through the [`Register`] methods themselves. It keeps
+/// one fencing floor for all keys ([`Register::raise_fencing_floor`]).
 #[derive(Default)]
 pub struct MemoryRegister {
     state: Mutex<MemoryValues>,
@@ -90,6 +93,20 @@ impl Register for MemoryRegister {
 
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
         Ok(self.lock()?.values.keys().cloned().collect())
+    }
+
+    async fn fencing_floor(&self, _key: &WorkId) -> Result<u64, RegisterError> {
+        Ok(self.lock()?.floor)
+    }
+
+    async fn raise_fencing_floor(
+        &self,
+        _key: &WorkId,
+        fencing_token: u64,
+    ) -> Result<bool, RegisterError> {
+        let mut st = self.lock()?;
+        st.floor = st.floor.max(fencing_token);
+        Ok(true)
     }
 }
 

@@ -151,9 +151,9 @@ pub trait Register: Send + Sync + 'static {
     ) -> Result<Handle, RegisterError>;
 
     /// Deletes `key` if its current handle is `handle`. [`RegisterStore`]
-    /// never deletes (a released lease stays as a tombstone that keeps the
-    /// fencing generation); this is for an operator's purge, after which the
-    /// work ID's fencing tokens start again at 1.
+    /// deletes only in garbage collection ([`LeaseStore::delete_ended`]),
+    /// after [`Register::raise_fencing_floor`]; a deletion by anyone else
+    /// restarts the work ID's fencing tokens at the floor + 1.
     ///
     /// # Errors
     /// [`RegisterError::Conflict`] when the handle is not current or the key
@@ -179,6 +179,31 @@ pub trait Register: Send + Sync + 'static {
     async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
         let _ = key;
         Ok(0)
+    }
+
+    /// Raises the fencing floor ([`Register::fencing_floor`]) of `key` to
+    /// at least `fencing_token`, never lowering it, and returns `true`
+    /// once it has taken effect (a later `fencing_floor` read of `key`
+    /// answers at least `fencing_token`). The floor may be per key or one
+    /// for the whole register (an object beside the values, as
+    /// [`crate::store::object::ObjectRegister`] keeps). Garbage collection
+    /// calls it before it deletes a value, so that the work ID's next
+    /// acquisition, which reads the value (gone) and then the floor, takes
+    /// a larger token (`docs/adr/0023-gc-and-the-token-floor.md`).
+    ///
+    /// The default, for a register that keeps no floor, answers `false`
+    /// without a request: [`RegisterStore`] then refuses to delete.
+    ///
+    /// # Errors
+    /// [`RegisterError::Store`] when the register fails (whether the floor
+    /// was raised is then unknown; raising again is safe).
+    async fn raise_fencing_floor(
+        &self,
+        key: &WorkId,
+        fencing_token: u64,
+    ) -> Result<bool, RegisterError> {
+        let _ = (key, fencing_token);
+        Ok(false)
     }
 
     /// [`Register::write`] for an acquisition whose fencing token is
@@ -239,6 +264,13 @@ impl<R: Register + ?Sized> Register for Arc<R> {
     async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
         (**self).fencing_floor(key).await
     }
+    async fn raise_fencing_floor(
+        &self,
+        key: &WorkId,
+        fencing_token: u64,
+    ) -> Result<bool, RegisterError> {
+        (**self).raise_fencing_floor(key, fencing_token).await
+    }
     async fn write_acquisition(
         &self,
         key: &WorkId,
@@ -276,9 +308,10 @@ const MAX_ATTEMPTS: usize = 3;
 ///   record's and the register's [`Register::fencing_floor`]; tokens do not increase across work IDs (the Go original allows
 ///   this). A global sequence would cost a second compare-and-swap on one
 ///   shared key for every acquisition, a hot spot with no atomicity across
-///   the two keys. A purge through [`Register::delete`] restarts the work
-///   ID's tokens at 1, unless the register keeps a fencing floor apart
-///   from the value (DynamoDB's does).
+///   the two keys. Garbage collection ([`LeaseStore::delete_ended`])
+///   deletes a value only after raising the register's fencing floor
+///   ([`Register::raise_fencing_floor`]), and only on a register that
+///   keeps one.
 /// * **Slow takeover of an abandoned lease**: a contender must see the same
 ///   handle unchanged for a full TTL on its own clock, so an adapter that
 ///   first looks at a lease only after its holder died still waits a full

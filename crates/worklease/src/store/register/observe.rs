@@ -52,7 +52,7 @@ pub(super) struct Observation {
 /// A decoded record as read, with its handle and how long it has been seen.
 pub(super) struct Current {
     pub(super) stored: Stored,
-    handle: Handle,
+    pub(super) handle: Handle,
     pub(super) observed: Duration,
 }
 

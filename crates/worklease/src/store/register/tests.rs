@@ -281,3 +281,133 @@ async fn inspect_judges_expiry_by_observation() {
     assert!(later[0].expired, "{later:?}");
     assert_eq!(later[0].ended, Some(LeaseEnd::Expired));
 }
+
+/// A register that yields around every call (and long before a floor
+/// raise), so that adapters interleave between a read, a floor read and a
+/// compare-and-swap; its floor is the [`MemoryRegister`]'s.
+struct Yielding(Arc<MemoryRegister>);
+
+#[async_trait]
+impl Register for Yielding {
+    fn kind(&self) -> &'static str {
+        "yielding"
+    }
+    async fn read(&self, key: &WorkId) -> Result<Option<(Bytes, Handle)>, RegisterError> {
+        tokio::task::yield_now().await;
+        let got = self.0.read(key).await;
+        tokio::task::yield_now().await;
+        got
+    }
+    async fn write(
+        &self,
+        key: &WorkId,
+        prev: Option<&Handle>,
+        value: Bytes,
+    ) -> Result<Handle, RegisterError> {
+        tokio::task::yield_now().await;
+        self.0.write(key, prev, value).await
+    }
+    async fn delete(&self, key: &WorkId, handle: &Handle) -> Result<(), RegisterError> {
+        tokio::task::yield_now().await;
+        self.0.delete(key, handle).await
+    }
+    async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
+        self.0.list().await
+    }
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        tokio::task::yield_now().await;
+        self.0.fencing_floor(key).await
+    }
+    /// A slow write: many yields before it takes effect, so that an
+    /// acquisition fits between a delete and a raise sent after it (the
+    /// wrong order, which this test then catches).
+    async fn raise_fencing_floor(&self, key: &WorkId, token: u64) -> Result<bool, RegisterError> {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        self.0.raise_fencing_floor(key, token).await
+    }
+}
+
+/// Acquires and releases `w` 200 times through `store`, recording every
+/// token granted.
+async fn hold(
+    store: &RegisterStore<Yielding>,
+    w: &WorkId,
+    h: HolderId,
+    tokens: &std::sync::Mutex<Vec<u64>>,
+) {
+    for _ in 0..200 {
+        match store.acquire(w, &h, TTL).await {
+            Ok(g) => {
+                tokens.lock().unwrap().push(g.fencing_token);
+                store
+                    .release(lease(w, &h, g.fencing_token))
+                    .await
+                    .expect("a held lease is never deleted under its holder");
+                // Ended for a while: room for the collector to judge it.
+                for _ in 0..20 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            Err(Error::Held { .. } | Error::Store(_)) => tokio::task::yield_now().await,
+            Err(e) => panic!("acquire: {e}"),
+        }
+    }
+}
+
+/// ADR 0023's proof, exercised: one adapter collects (raise the floor,
+/// then delete on the handle read) while two others acquire and release
+/// the same work ID, every register call interleaving; every acquisition's
+/// token is above every earlier one, and a held lease is never deleted
+/// under its holder (its release succeeds).
+#[tokio::test(start_paused = true)]
+async fn gc_racing_acquisitions_of_other_adapters_never_lowers_a_token() {
+    let reg = Arc::new(MemoryRegister::new());
+    let collector = RegisterStore::new(Yielding(reg.clone()));
+    let holders = [
+        RegisterStore::new(Yielding(reg.clone())),
+        RegisterStore::new(Yielding(reg.clone())),
+    ];
+    let w = wid("raced");
+    let tokens = std::sync::Mutex::new(Vec::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let deleted = AtomicUsize::new(0);
+    let collect = async {
+        while !done.load(Ordering::SeqCst) {
+            if let Some(info) = collector
+                .inspect(std::slice::from_ref(&w))
+                .await
+                .unwrap()
+                .pop()
+            {
+                if collector
+                    .delete_ended(&w, info.fencing_token)
+                    .await
+                    .expect("delete_ended")
+                {
+                    deleted.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let holders_done = async {
+        tokio::join!(
+            hold(&holders[0], &w, hid("a"), &tokens),
+            hold(&holders[1], &w, hid("b"), &tokens)
+        );
+        done.store(true, Ordering::SeqCst);
+    };
+    tokio::join!(collect, holders_done);
+    let tokens = tokens.into_inner().unwrap();
+    assert!(
+        deleted.load(Ordering::SeqCst) > 0,
+        "the collector deleted nothing: no race was exercised"
+    );
+    assert!(tokens.len() > 100, "few acquisitions: {}", tokens.len());
+    assert!(
+        tokens.windows(2).all(|p| p[0] < p[1]),
+        "S2: tokens must strictly increase across deletions: {tokens:?}"
+    );
+}

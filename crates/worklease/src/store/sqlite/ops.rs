@@ -14,7 +14,9 @@ use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
 use crate::store::record::{self, Phase};
-use crate::store::{Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease};
+use crate::store::{
+    Checkpoint, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease, StoredCheckpoint,
+};
 
 use super::batch::outcome;
 use super::row::{row_from, Expiry, Row, Statements, SELECT_ALL};
@@ -342,6 +344,45 @@ impl LeaseStore for SqliteStore {
             .await?;
         self.watchers.notify(work_id);
         Ok(before)
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        let id = work_id.clone();
+        self.read_tx(move |tx, now| {
+            Ok(Statements::new(tx).load(&id)?.map(|row| StoredCheckpoint {
+                data: row.record.checkpoint.clone(),
+                lease: row.info(id, now),
+            }))
+        })
+        .await
+    }
+
+    /// One IMMEDIATE transaction: the row is judged by the store's clock,
+    /// the fencing sequence is raised to at least `fencing_token` (it is
+    /// already, unless edited by hand: the sequence is the floor), then the
+    /// row is deleted.
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        let id = work_id.clone();
+        self.tx(move |tx, now| {
+            let mut st = Statements::new(tx);
+            let Some(row) = st.load(&id)? else {
+                return Ok(false);
+            };
+            if row.record.fencing_token != fencing_token || row.record.is_live(row.unexpired(now)) {
+                return Ok(false);
+            }
+            if st.last_token()? < fencing_token {
+                st.set_last_token(fencing_token)?;
+            }
+            drop(st);
+            tx.execute(
+                "DELETE FROM worklease_leases WHERE work_id = ?1",
+                [id.as_str()],
+            )
+            .map_err(db_err("cannot delete a lease row"))?;
+            Ok(true)
+        })
+        .await
     }
 
     fn max_batch(&self) -> usize {

@@ -35,6 +35,7 @@ mod batch;
 mod cancel;
 mod election;
 mod fair;
+mod gc;
 mod leases;
 mod observe;
 mod semaphore;
@@ -44,6 +45,7 @@ pub use batch::*;
 pub use cancel::*;
 pub use election::*;
 pub use fair::*;
+pub use gc::*;
 pub use leases::*;
 pub use observe::*;
 pub use semaphore::*;
@@ -84,6 +86,13 @@ pub struct Suite {
     /// (moto answers in milliseconds, consensus stores in tens) gets
     /// proportionally more room, a fast one keeps tight bounds.
     pub round_trip: Duration,
+    /// Whether the store deletes ended leases ([`LeaseStore::delete_ended`],
+    /// garbage collection); default true. A store that cannot delete
+    /// safely (an object store without a conditional delete: Azure Blob,
+    /// `object_store`'s in-memory store) sets it false: the gc checks then
+    /// check that gc refuses with a store error, deletes nothing and keeps
+    /// tokens increasing.
+    pub deletes: bool,
     pub(crate) prefix: String,
 }
 
@@ -106,6 +115,7 @@ impl Suite {
             paused: false,
             expiry_slack: Duration::ZERO,
             round_trip: Duration::ZERO,
+            deletes: true,
             prefix: format!("conformance-{:08x}", rand::random::<u32>()),
         }
     }

@@ -15,7 +15,9 @@ use tokio::time::Instant;
 
 use crate::error::{Result, StoreError};
 use crate::limits::{HolderId, WorkId};
-use crate::store::{Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease};
+use crate::store::{
+    Checkpoint, ExpiryClock, Grant, LeaseInfo, LeaseRef, LeaseStore, OwnedLease, StoredCheckpoint,
+};
 
 use super::config::{whole_ms, FaultConfig};
 use super::history::{Applied, Delivery, FaultKind, OpKind, Outcome, World};
@@ -392,6 +394,14 @@ impl LeaseStore for SimStore {
 
     async fn revoke(&self, work_id: &WorkId) -> Result<Option<LeaseInfo>> {
         self.inner.revoke(work_id).await
+    }
+
+    async fn inspect_checkpoint(&self, work_id: &WorkId) -> Result<Option<StoredCheckpoint>> {
+        self.inner.inspect_checkpoint(work_id).await
+    }
+
+    async fn delete_ended(&self, work_id: &WorkId, fencing_token: u64) -> Result<bool> {
+        self.inner.delete_ended(work_id, fencing_token).await
     }
 
     fn watch(&self, work_id: &WorkId) -> Option<BoxFuture<'static, ()>> {

@@ -109,4 +109,22 @@ impl Register for SimRegister {
     async fn list(&self) -> Result<Vec<WorkId>, RegisterError> {
         self.inner.list().await
     }
+
+    /// With a read's delays, so that a floor read can fall between a
+    /// collector's raise and its delete.
+    async fn fencing_floor(&self, key: &WorkId) -> Result<u64, RegisterError> {
+        let before = self.faults.read_delay.draw(&mut self.rng());
+        self.pause(before, FaultKind::RegisterReadDelay).await;
+        self.inner.fencing_floor(key).await
+    }
+
+    async fn raise_fencing_floor(
+        &self,
+        key: &WorkId,
+        fencing_token: u64,
+    ) -> Result<bool, RegisterError> {
+        let delay = self.faults.write_delay.draw(&mut self.rng());
+        self.pause(delay, FaultKind::RegisterWriteDelay).await;
+        self.inner.raise_fencing_floor(key, fencing_token).await
+    }
 }
