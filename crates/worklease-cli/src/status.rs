@@ -148,8 +148,7 @@ async fn semaphore(mut args: StatusArgs, n: usize) -> Result<u8, Failure> {
     args.work_ids = worklease::semaphore::permit_ids(name.as_str(), n)?;
     let selection = Selection::new(&[], None, args.all, args.sort)?;
     let (store_url, store) = args.store.open_existing()?;
-    let mut leases = store.inspect(&args.work_ids).await?;
-    leases = selection.apply(leases);
+    let leases = selection.apply(store.inspect(&args.work_ids).await?);
     let mut out = render(&leases, store.as_ref(), &store_url, args.json)?;
     if !args.json {
         let held = leases.iter().filter(|l| !l.expired).count();

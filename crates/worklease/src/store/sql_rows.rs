@@ -11,6 +11,22 @@ use crate::store::decode::{self, Corrupt};
 use crate::store::record::Phase;
 use crate::store::{Handoff, LeaseEnd, LeaseInfo, LeaseRef, PreviousHolder};
 
+/// A set-up error of a gc deletion (`delete_ended`) of the store `kind`,
+/// saying which privilege (`privileges`) gc needs beyond the lease
+/// operations'; other errors unchanged.
+pub(crate) fn gc_setup(kind: &'static str, privileges: &str, e: Error) -> Error {
+    match e {
+        Error::StoreSetup(e) => Error::StoreSetup(StoreError::new(
+            kind,
+            format!(
+                "{e} (garbage collection also needs {privileges} on the lease table, which the \
+                 lease operations do not: grant it to the user that runs `worklease gc`)"
+            ),
+        )),
+        other => other,
+    }
+}
+
 /// The error for a row that breaks the schema's rules.
 pub(crate) fn corrupt(kind: &'static str, what: &str) -> Error {
     StoreError::new(kind, format!("a lease row is corrupt: {what}")).into()

@@ -11,7 +11,7 @@ use mysql_async::{Params, Row, Value};
 use crate::error::{Error, InvalidInput, Result, StoreError};
 use crate::limits::{HolderId, WorkId};
 use crate::store::batch;
-use crate::store::sql_rows::{check_verdict, previous, InfoColumns};
+use crate::store::sql_rows::{self, check_verdict, previous, InfoColumns};
 use crate::store::{Checkpoint, Grant, Handoff, LeaseInfo, LeaseRef, LeaseStore, StoredCheckpoint};
 
 use super::batch::{acquisitions, encode};
@@ -249,7 +249,7 @@ impl LeaseStore for MysqlStore {
                 "cannot delete a lease row",
             )
             .await
-            .map_err(gc_setup)?;
+            .map_err(|e| sql_rows::gc_setup(KIND, super::GC_PRIVILEGES, e))?;
         Ok(changed > 0)
     }
 
@@ -304,21 +304,5 @@ impl LeaseStore for MysqlStore {
         }
         self.update_many(leases, 0, "release", "cannot release")
             .await
-    }
-}
-
-/// A set-up error of a gc deletion, saying which privilege gc needs
-/// beyond the lease operations'.
-fn gc_setup(e: Error) -> Error {
-    match e {
-        Error::StoreSetup(e) => Error::StoreSetup(StoreError::new(
-            KIND,
-            format!(
-                "{e} (garbage collection also needs {} on the lease table, which the lease \
-                 operations do not: grant it to the user that runs `worklease gc`)",
-                super::GC_PRIVILEGES
-            ),
-        )),
-        other => other,
     }
 }

@@ -413,7 +413,7 @@ impl LeaseStore for PostgresStore {
                 "cannot delete a lease row",
             )
             .await
-            .map_err(gc_setup)?;
+            .map_err(|e| sql_rows::gc_setup(KIND, super::GC_PRIVILEGES, e))?;
         Ok(!rows.is_empty())
     }
 
@@ -432,21 +432,5 @@ impl LeaseStore for PostgresStore {
                 tokio::time::sleep(jitter).await;
             }
         }))
-    }
-}
-
-/// A set-up error of a gc deletion, saying which privilege gc needs
-/// beyond the lease operations'.
-fn gc_setup(e: Error) -> Error {
-    match e {
-        Error::StoreSetup(e) => Error::StoreSetup(StoreError::new(
-            KIND,
-            format!(
-                "{e} (garbage collection also needs {} on the lease table, which the lease \
-                 operations do not: grant it to the user that runs `worklease gc`)",
-                super::GC_PRIVILEGES
-            ),
-        )),
-        other => other,
     }
 }
